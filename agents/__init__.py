@@ -1,0 +1,1 @@
+"""Learners that train routed networks."""

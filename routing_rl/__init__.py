@@ -1,0 +1,1 @@
+"""routing-rl: dynamic routing in neural networks."""

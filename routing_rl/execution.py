@@ -1,0 +1,143 @@
+"""Three ways to run a :class:`~routing_rl.graph.RoutedNet` on a batch.
+
+* :func:`full` — every node on the whole batch (``net(x)``): every router's scores and every
+  head's logits. Exact expectations over paths (the actor) need it.
+* :func:`route` — each example follows one path, chosen junction by junction by a
+  ``decide`` function; each node runs only on the examples that reach it (gather the
+  sub-batch, run, hand it on), so skipped work is really skipped. :func:`dynamic` is
+  ``route`` with argmax decisions, for inference; sampled training passes a sampling
+  policy instead.
+* :func:`follow` — the same argmax routing read off a :class:`FullOutput` (no recompute).
+
+In eval mode, :func:`dynamic` and :func:`follow` of :func:`full` give identical leaves,
+predictions and MACs: batch norm then treats each example on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from routing_rl.graph import FullOutput, RoutedNet, take
+
+Decide = Callable[[str, torch.Tensor], torch.Tensor]
+"""``decide(junction name, scores (b, n_sinks)) -> sink indices (b,)`` for the b examples there."""
+
+
+def full(net: RoutedNet, x: torch.Tensor, k_cpt=None) -> FullOutput:
+    """Every node on the whole batch; see :meth:`RoutedNet.forward`."""
+    return net(x, k_cpt)
+
+
+@dataclass
+class RoutedOutput:
+    """Result of routing each example along one path.
+
+    logits: ``(B, classes)`` — the logits of the leaf each example reached.
+    leaf: ``(B,)`` int64 — index into ``net.leaves``.
+    macs: ``(B,)`` int64 — MACs each example used (transforms and routers on its path).
+    visits: node name -> ``(b,)`` int64 indices (into the batch) of the examples that
+        reached that node; nodes no example reached are absent.
+    scores: junction name -> ``(b, n_sinks)`` router scores of those examples.
+    decisions: junction name -> ``(b,)`` int64 sink each of those examples took.
+    """
+
+    logits: torch.Tensor
+    leaf: torch.Tensor
+    macs: torch.Tensor
+    visits: dict[str, torch.Tensor]
+    scores: dict[str, torch.Tensor]
+    decisions: dict[str, torch.Tensor]
+
+    @property
+    def pred(self) -> torch.Tensor:
+        return self.logits.argmax(1)
+
+
+def argmax_decide(junction: str, scores: torch.Tensor) -> torch.Tensor:
+    """The inference routing policy: the highest-scoring sink."""
+    return scores.argmax(1)
+
+
+def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None) -> RoutedOutput:
+    """Run each example along the path ``decide`` picks, computing only what is on it.
+
+    Differentiable: gradients reach every transform, router and head an example passed
+    through. ``k_cpt`` may be a float or a ``(B,)`` tensor (one cost per example).
+    """
+    net.check_input(x)
+    net.check_k_cpt(k_cpt)
+    batch = x.shape[0]
+    everyone = torch.arange(batch, device=x.device)
+    logits: torch.Tensor | None = None
+    leaf = torch.empty(batch, dtype=torch.int64, device=x.device)
+    visits: dict[str, torch.Tensor] = {}
+    scores: dict[str, torch.Tensor] = {}
+    decisions: dict[str, torch.Tensor] = {}
+    pending = [(net.root, x, everyone, k_cpt)]
+    while pending:
+        name, inputs, index, node_k_cpt = pending.pop()
+        node = net.nodes[name]
+        visits[name] = index
+        state, node_scores = node(inputs, node_k_cpt)
+        if node.is_leaf:
+            if logits is None:
+                logits = state.new_zeros(batch, state.shape[1])
+            logits = logits.index_copy(0, index, state)
+            leaf[index] = net.leaf_index[name]
+            continue
+        if node_scores is None:
+            pending.append((node.sinks[0], state, index, node_k_cpt))
+            continue
+        choice = decide(name, node_scores)
+        scores[name] = node_scores
+        decisions[name] = choice
+        for sink_number, sink in enumerate(node.sinks):
+            chosen = (choice == sink_number).nonzero().squeeze(1)
+            if chosen.numel() == 0:
+                continue
+            if chosen.numel() == index.numel():
+                pending.append((sink, state, index, node_k_cpt))
+                continue
+            sink_k_cpt = node_k_cpt[chosen] if isinstance(node_k_cpt, torch.Tensor) and node_k_cpt.dim() else node_k_cpt
+            pending.append((sink, take(net.nodes[sink].reads(state), chosen), index[chosen], sink_k_cpt))
+    return RoutedOutput(logits, leaf, net.leaf_macs[leaf], visits, scores, decisions)
+
+
+def dynamic(net: RoutedNet, x: torch.Tensor, k_cpt=None) -> RoutedOutput:
+    """Inference: argmax routing, computing only the nodes each example is routed through."""
+    with torch.no_grad():
+        return route(net, x, argmax_decide, k_cpt)
+
+
+def reach(net: RoutedNet, decisions: dict[str, torch.Tensor], batch_size: int, device=None) -> dict[str, torch.Tensor]:
+    """Which examples reach each node, given every junction's decision for the whole batch.
+
+    decisions: junction name -> ``(B,)`` sink index (as if every example stood there).
+    Returns node name -> ``(B,)`` bool.
+    """
+    reached = {net.root: torch.ones(batch_size, dtype=torch.bool, device=device)}
+    for name in net.order:
+        node = net.nodes[name]
+        for sink_number, sink in enumerate(node.sinks):
+            if node.is_junction:
+                reached[sink] = reached[name] & (decisions[name] == sink_number)
+            else:
+                reached[sink] = reached[name]
+    return reached
+
+
+def follow(net: RoutedNet, output: FullOutput) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Argmax routing read off a full evaluation: ``(leaf (B,), logits (B, classes), macs (B,))``."""
+    first_logits = output.logits[net.leaves[0]]
+    decisions = {name: s.argmax(1) for name, s in output.scores.items()}
+    reached = reach(net, decisions, first_logits.shape[0], first_logits.device)
+    leaf = torch.zeros(first_logits.shape[0], dtype=torch.int64, device=first_logits.device)
+    logits = torch.zeros_like(first_logits)
+    for i, name in enumerate(net.leaves):
+        mask = reached[name]
+        leaf = torch.where(mask, i, leaf)
+        logits = torch.where(mask.unsqueeze(1), output.logits[name], logits)
+    return leaf, logits, net.leaf_macs[leaf]

@@ -1,0 +1,1 @@
+"""Builders for routed networks."""

@@ -1,0 +1,75 @@
+"""The paper's routing subnetwork: a small MLP from a node's descriptor to sink scores."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+K_CPT_SCALE = 1e7
+"""Routers read k_cpt in units of cost per ten million MACs (paper, Section 4.6)."""
+
+BN_EPS = 1e-6
+BN_MOMENTUM = 0.1  # PyTorch's momentum is 1 - the paper's moving-average decay of 0.9
+
+
+class RouterBatchNorm(nn.BatchNorm1d):
+    """Batch norm that uses its running statistics for a lone training example.
+
+    Routed training hands a junction whatever sub-batch reached it, sometimes one example,
+    whose batch statistics do not exist.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] == 1:
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+        return super().forward(x)
+
+
+class Router(nn.Module):
+    """Scores the sinks of one junction.
+
+    descriptor ``(B, in_features)`` [+ k_cpt × 1e7] → linear 16 → BN → ReLU → linear 16 →
+    BN → ReLU → linear ``n_sinks``. The last layer starts at zero, so every junction starts
+    indifferent between its sinks.
+
+    Args:
+        in_features: size of the node's descriptor.
+        n_sinks: number of sinks (≥ 2).
+        k_cpt_input: append k_cpt (cost per MAC; a float or a ``(B,)`` tensor) to the input.
+        hidden: width of the two hidden layers.
+    """
+
+    def __init__(self, in_features: int, n_sinks: int, k_cpt_input: bool = False, hidden: int = 16):
+        super().__init__()
+        if n_sinks < 2:
+            raise ValueError(f"a router needs at least 2 sinks, got {n_sinks}")
+        self.k_cpt_input = k_cpt_input
+        self.layers = nn.Sequential(
+            nn.Linear(in_features + int(k_cpt_input), hidden),
+            RouterBatchNorm(hidden, eps=BN_EPS, momentum=BN_MOMENTUM),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, hidden),
+            RouterBatchNorm(hidden, eps=BN_EPS, momentum=BN_MOMENTUM),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, n_sinks),
+        )
+        for layer in self.layers:
+            if isinstance(layer, nn.Linear):
+                nn.init.xavier_uniform_(layer.weight)
+                nn.init.zeros_(layer.bias)
+        nn.init.zeros_(self.layers[-1].weight)
+
+    @property
+    def n_sinks(self) -> int:
+        return self.layers[-1].out_features
+
+    def forward(self, descriptor: torch.Tensor, k_cpt: float | torch.Tensor | None = None) -> torch.Tensor:
+        """Scores ``(B, n_sinks)``; ``k_cpt`` is required iff the router reads it, else ignored."""
+        if self.k_cpt_input:
+            if k_cpt is None:
+                raise ValueError("this router reads k_cpt (built with k_cpt_input=True); pass k_cpt=")
+            k_cpt = torch.as_tensor(k_cpt, dtype=descriptor.dtype, device=descriptor.device)
+            column = (k_cpt * K_CPT_SCALE).expand(descriptor.shape[0]).unsqueeze(1)
+            descriptor = torch.cat([descriptor, column], dim=1)
+        return self.layers(descriptor)

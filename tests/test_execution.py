@@ -1,0 +1,115 @@
+import pytest
+import torch
+from helpers import randomize_routers, varied_images, vector_tree
+
+from routing_rl.execution import dynamic, follow, full, reach, route
+from routing_rl.nets.multiscale import chain, static, tree
+
+
+def assert_same_routing(net, x, k_cpt=None):
+    with torch.no_grad():
+        leaf, logits, macs = follow(net, full(net, x, k_cpt))
+    routed = dynamic(net, x, k_cpt)
+    assert torch.equal(routed.leaf, leaf)
+    assert torch.equal(routed.pred, logits.argmax(1))
+    assert torch.equal(routed.macs, macs)
+    torch.testing.assert_close(routed.logits, logits)
+    return routed
+
+
+@pytest.mark.parametrize("build", [chain, tree])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_dynamic_and_full_agree_in_float64(build, seed):
+    torch.manual_seed(seed)
+    x = varied_images(48, seed, torch.float64)
+    net = randomize_routers(build().double(), x, seed).eval()
+    routed = assert_same_routing(net, x)
+    assert len(torch.unique(routed.leaf)) >= 3, "routing should spread examples over several leaves"
+
+
+@pytest.mark.parametrize("build", [chain, tree])
+def test_dynamic_and_full_agree_in_float32(build):
+    torch.manual_seed(0)
+    x = varied_images(64, 3)
+    net = randomize_routers(build(), x, 3).eval()
+    assert len(torch.unique(assert_same_routing(net, x).leaf)) >= 3
+
+
+def test_dynamic_on_a_static_net_is_the_single_path():
+    net = static(2).eval()
+    x = torch.rand(4, 3, 32, 32)
+    routed = dynamic(net, x)
+    assert routed.leaf.tolist() == [0] * 4
+    assert routed.macs.tolist() == [net.full_macs] * 4
+    torch.testing.assert_close(routed.logits, net(x).logits["exit2"])
+
+
+def test_per_example_macs_are_the_path_macs_of_the_leaf():
+    x = varied_images(32, 1)
+    net = randomize_routers(chain(), x, 1).eval()
+    routed = dynamic(net, x)
+    for leaf_index, macs in zip(routed.leaf.tolist(), routed.macs.tolist()):
+        assert macs == net.path_macs(net.leaves[leaf_index])
+
+
+def test_each_node_runs_only_on_the_examples_routed_to_it():
+    x = varied_images(40, 2)
+    net = randomize_routers(tree(), x, 2).eval()
+    seen: dict[str, int] = {}
+    for name in net.order:
+        net.nodes[name].transform.register_forward_hook(
+            lambda module, inputs, output, name=name: seen.__setitem__(name, seen.get(name, 0) + len(output[-1] if isinstance(output, list) else output))
+        )
+    routed = dynamic(net, x)
+    assert seen == {name: index.numel() for name, index in routed.visits.items()}
+    assert seen["col1"] == 40
+    assert sum(seen[leaf] for leaf in net.leaves if leaf in seen) == 40
+    assert len(seen) < len(net.order) / 2, "an argmax path visits at most 16 of the tree's 94 nodes"
+
+
+def test_route_with_a_chosen_policy_and_gradients():
+    net = vector_tree().train()
+    x = torch.rand(12, 6)
+    always = {"root": 2, "fork": 1}
+    routed = route(net, x, lambda name, scores: torch.full((scores.shape[0],), always[name]))
+    assert routed.leaf.tolist() == [net.leaf_index["leafD"]] * 12
+    assert set(routed.visits) == {"root", "fork", "leafD"}
+    routed.logits.sum().backward()
+    assert net.nodes["leafD"].transform.weight.grad is not None
+    assert net.nodes["leafC"].transform.weight.grad is None
+
+
+def test_route_splits_per_example_k_cpt_with_the_batch():
+    net = vector_tree(k_cpt_input=True).eval()
+    seen = []
+    net.nodes["fork"].router.layers[0].register_forward_hook(lambda m, inputs, out: seen.append(inputs[0][:, -1]))
+    k_cpt = torch.arange(8, dtype=torch.float32) * 1e-8
+    decide = lambda name, scores: torch.arange(scores.shape[0]) % scores.shape[1]
+    routed = route(net, torch.rand(8, 6), decide, k_cpt)
+    at_fork = routed.visits["fork"]
+    torch.testing.assert_close(seen[0], k_cpt[at_fork] * 1e7)
+
+
+def test_routing_responds_to_k_cpt():
+    net = chain(k_cpt_input=True).eval()
+    with torch.no_grad():
+        for name in net.junctions:
+            first, last = net.nodes[name].router.layers[0], net.nodes[name].router.layers[-1]
+            first.weight.zero_()
+            first.weight[:, -1] = 1.0
+            last.weight[0].fill_(1.0)  # exit grows with k_cpt
+            last.bias.copy_(torch.tensor([0.0, 1.0]))
+    x = torch.rand(4, 3, 32, 32)
+    cheap, dear = dynamic(net, x, 0.0), dynamic(net, x, 6.4e-8)
+    assert cheap.leaf.tolist() == [7] * 4 and dear.leaf.tolist() == [0] * 4
+    assert_same_routing(net, x, torch.tensor([0.0, 6.4e-8, 0.0, 6.4e-8]))
+
+
+def test_reach_marks_the_examples_at_each_node():
+    net = vector_tree()
+    decisions = {"root": torch.tensor([0, 1, 2, 2]), "fork": torch.tensor([1, 1, 0, 1])}
+    reached = reach(net, decisions, 4)
+    assert reached["leafA"].tolist() == [True, False, False, False]
+    assert reached["leafB"].tolist() == [False, True, False, False]
+    assert reached["leafC"].tolist() == [False, False, True, False]
+    assert reached["leafD"].tolist() == [False, False, False, True]

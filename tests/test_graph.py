@@ -1,0 +1,83 @@
+import pytest
+import torch
+from helpers import vector_tree
+from torch import nn
+
+from routing_rl.graph import Node, RoutedNet, take
+from routing_rl.nets.router import Router
+
+
+def test_structure_is_read_off_a_generic_tree():
+    net = vector_tree()
+    assert net.order == ["root", "leafA", "mid", "leafB", "fork", "leafC", "leafD"]
+    assert net.leaves == ["leafA", "leafB", "leafC", "leafD"]
+    assert net.junctions == ["root", "fork"]
+    assert net.parent["leafD"] == "fork" and net.parent["root"] is None
+    assert net.path["leafB"] == [("root", 1)]
+    assert net.path["leafD"] == [("root", 2), ("fork", 1)]
+    assert net.nodes_to("leafD") == ["root", "fork", "leafD"]
+
+
+def test_macs_of_a_generic_tree():
+    net = vector_tree()
+    assert net.macs == {"root": 48, "leafA": 24, "mid": 32, "leafB": 12, "fork": 40, "leafC": 15, "leafD": 15}
+    router = 8 * 16 + 16 * 16 + 16 * 3
+    assert net.router_macs["root"] == router
+    assert net.path_macs("leafB") == 48 + router + 32 + 12
+    assert net.leaf_macs.tolist() == [net.path_macs(leaf) for leaf in net.leaves]
+
+
+def test_full_evaluation_of_vectors():
+    net = vector_tree().eval()
+    output = net(torch.rand(4, 6))
+    assert sorted(output.logits) == sorted(net.leaves)
+    assert output.scores["root"].shape == (4, 3) and output.scores["fork"].shape == (4, 2)
+
+
+def leaf(n_in=2):
+    return Node(nn.Linear(n_in, 2))
+
+
+def test_missing_sink_is_named():
+    with pytest.raises(ValueError, match="sink 'nowhere', which is not a node"):
+        RoutedNet({"a": Node(nn.Identity(), ["b", "nowhere"], Router(2, 2)), "b": leaf()}, "a", (2,), 2)
+
+
+def test_a_node_reached_twice_is_refused():
+    nodes = {
+        "a": Node(nn.Identity(), ["b", "c"], Router(2, 2)),
+        "b": Node(nn.Identity(), ["c"]),
+        "c": leaf(),
+    }
+    with pytest.raises(ValueError, match="reached twice"):
+        RoutedNet(nodes, "a", (2,), 2)
+
+
+def test_unreachable_nodes_and_unknown_root_are_named():
+    with pytest.raises(ValueError, match=r"\['orphan'\] cannot be reached"):
+        RoutedNet({"a": Node(nn.Identity(), ["b"]), "b": leaf(), "orphan": leaf()}, "a", (2,), 2)
+    with pytest.raises(ValueError, match="root 'x' is not one of the nodes"):
+        RoutedNet({"a": leaf()}, "x", (2,), 2)
+
+
+def test_routers_exactly_at_junctions():
+    with pytest.raises(ValueError, match="needs a router"):
+        Node(nn.Identity(), ["a", "b"])
+    with pytest.raises(ValueError, match="only belongs at a junction"):
+        Node(nn.Identity(), ["a"], Router(2, 2))
+
+
+def test_take_selects_examples_in_nested_states():
+    state = {"maps": [torch.arange(4), torch.arange(8).view(4, 2)], "t": (torch.arange(4) * 10,)}
+    picked = take(state, torch.tensor([3, 1]))
+    assert picked["maps"][0].tolist() == [3, 1]
+    assert picked["maps"][1].tolist() == [[6, 7], [2, 3]]
+    assert picked["t"][0].tolist() == [30, 10]
+    with pytest.raises(TypeError, match="cannot select examples"):
+        take("text", torch.tensor([0]))
+
+
+def test_leaf_macs_follow_the_module_to_its_device():
+    net = vector_tree()
+    assert net.leaf_macs.device == torch.device("cpu")
+    assert "leaf_macs" not in net.state_dict()

@@ -1,0 +1,166 @@
+import pytest
+import torch
+from torch import nn
+
+from routing_rl.nets.multiscale import COLUMN_CHANNELS, Column, build, chain, image_pyramid, static, tree
+from routing_rl.nets.router import Router
+
+
+def column_names(net):
+    return [n for n in net.order if n.startswith("col")]
+
+
+def test_static_8_macs_are_exact():
+    net = static(8)
+    convolutions = sum(net.macs[n] for n in column_names(net))
+    assert convolutions == 20_530_944
+    assert net.macs["exit8"] == 4 * 4 * 128 * 10 == 20_480
+    assert net.full_macs == 20_551_424
+    assert net.leaf_macs.tolist() == [20_551_424]
+
+
+def test_static_1_macs_are_exact():
+    net = static(1)
+    assert net.full_macs == 1_364_224
+    assert net.macs["col1"] == 1_361_664
+
+
+def test_column_macs_follow_the_conv_formula():
+    # column 3 reads column 2's 16-channel maps at 16, 8, 4 px and writes 32 channels
+    expected = 16 * 16 * 9 * 16 * 32 + 8 * 8 * 9 * (16 * 32 + 32 * 32) + 4 * 4 * 9 * (16 * 32 + 32 * 32)
+    assert static(3).macs["col3"] == expected
+
+
+def test_chain_columns_cost_what_static_columns_cost_and_routers_add_up():
+    net, reference = chain(), static(8)
+    for name in column_names(reference):
+        assert net.macs[name] == reference.macs[name]
+    for k in range(1, 8):
+        channels = COLUMN_CHANNELS[k - 1][-1]
+        assert net.router_macs[f"col{k}"] == 16 * channels * 16 + 16 * 16 + 16 * 2
+    assert net.router_macs["col8"] == 0
+    assert net.leaf_macs[-1] == reference.full_macs + sum(net.router_macs.values())
+
+
+def test_k_cpt_input_adds_one_router_input():
+    assert chain(k_cpt_input=True).router_macs["col1"] == chain().router_macs["col1"] + 16
+
+
+def test_tree_structure():
+    net = tree()
+    columns = column_names(net)
+    assert len(columns) == 1 + 2 + 4 + 8 * 5 == 47
+    assert len(net.leaves) == 47
+    assert max(sum(n.startswith("col") for n in net.nodes_to(leaf)) for leaf in net.leaves) == 8
+    for k in (1, 2, 3):
+        for name in columns:
+            if name.startswith(f"col{k}"):
+                assert len(net.nodes[name].sinks) == 3 and net.nodes[name].router.n_sinks == 3
+    assert len({id(net.nodes[n].transform) for n in columns}) == 47
+    assert 5.5 < net.full_macs / chain().full_macs < 6.5
+
+
+def test_width_multiplies_channels():
+    narrow, wide = static(2), static(2, width=2)
+    assert wide.nodes["col2"].transform.convs[0].out_channels == 32
+    assert wide.macs["col2"] == 4 * narrow.macs["col2"]
+
+
+def test_shapes_of_columns_heads_and_scores():
+    net = chain(classes=7).eval()
+    x = torch.rand(5, 3, 32, 32)
+    pyramid = net.nodes["col1"].transform(x)
+    assert [tuple(t.shape) for t in pyramid] == [(5, 16, 32, 32), (5, 16, 16, 16), (5, 16, 8, 8), (5, 16, 4, 4)]
+    col3 = net.nodes["col3"].transform(net.nodes["col2"].transform(pyramid))
+    assert [tuple(t.shape) for t in col3] == [(5, 32, 16, 16), (5, 32, 8, 8), (5, 32, 4, 4)]
+    output = net(x)
+    assert set(output.logits) == set(net.leaves)
+    assert all(t.shape == (5, 7) for t in output.logits.values())
+    assert set(output.scores) == set(net.junctions)
+    assert all(t.shape == (5, 2) for t in output.scores.values())
+
+
+def test_image_pyramid_is_bilinear_halving():
+    x = torch.rand(2, 3, 32, 32)
+    pyramid = image_pyramid(x)
+    assert [t.shape[-1] for t in pyramid] == [32, 16, 8, 4]
+    for finer, coarser in zip(pyramid, pyramid[1:]):
+        bilinear = nn.functional.interpolate(finer, scale_factor=0.5, mode="bilinear", align_corners=False)
+        torch.testing.assert_close(coarser, bilinear)
+
+
+def test_initialisation_follows_the_paper():
+    net = chain()
+    for name in net.junctions:
+        last = net.nodes[name].router.layers[-1]
+        assert torch.count_nonzero(last.weight) == 0 and torch.count_nonzero(last.bias) == 0
+    for module in net.modules():
+        if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d)):
+            assert module.eps == 1e-6 and module.momentum == pytest.approx(0.1)
+        if isinstance(module, (nn.Conv2d, nn.Linear)) and module.bias is not None:
+            assert torch.count_nonzero(module.bias) == 0
+    assert net.nodes["col2"].transform.convs[0].weight.std() > 0
+
+
+def test_fresh_routers_score_every_sink_equally():
+    net = tree().eval()
+    scores = net(torch.rand(3, 3, 32, 32)).scores
+    assert all(torch.count_nonzero(s) == 0 for s in scores.values())
+
+
+def test_router_reads_k_cpt_in_units_of_ten_million_macs():
+    router = Router(4, 2, k_cpt_input=True).eval()
+    seen = []
+    router.layers[0].register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
+    descriptor = torch.rand(3, 4)
+    router(descriptor, 2e-9)
+    router(descriptor, torch.tensor([0.0, 1e-7, 6.4e-8]))
+    torch.testing.assert_close(seen[0], torch.cat([descriptor, torch.full((3, 1), 0.02)], 1))
+    torch.testing.assert_close(seen[1][:, -1], torch.tensor([0.0, 1.0, 0.64]))
+
+
+def test_router_ignores_k_cpt_unless_built_to_read_it():
+    router = Router(4, 2).eval()
+    descriptor = torch.rand(3, 4)
+    torch.testing.assert_close(router(descriptor, 1e-8), router(descriptor))
+
+
+@pytest.mark.parametrize("bad", ["foo", "static-0", "static-9", "Chain", "", None])
+def test_unknown_arch_names_the_choices(bad):
+    with pytest.raises(ValueError, match="unknown arch .*choose one of static-1"):
+        build(bad)
+
+
+@pytest.mark.parametrize("width", [0, -1, 1.5, True])
+def test_bad_width_is_refused(width):
+    with pytest.raises(ValueError, match="width must be a positive integer"):
+        build("chain", width=width)
+
+
+def test_bad_classes_and_static_k_cpt_are_refused():
+    with pytest.raises(ValueError, match="classes must be an integer >= 2"):
+        chain(classes=1)
+    with pytest.raises(ValueError, match="static net has no routers"):
+        build("static-3", k_cpt_input=True)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 28, 28), (2, 1, 32, 32), (3, 32, 32)])
+def test_wrong_input_size_names_the_expected_shape(shape):
+    with pytest.raises(ValueError, match=r"expected input of shape \(batch, 3, 32, 32\)"):
+        chain()(torch.zeros(shape))
+
+
+def test_missing_k_cpt_is_explained():
+    with pytest.raises(ValueError, match="pass k_cpt="):
+        chain(k_cpt_input=True)(torch.zeros(2, 3, 32, 32))
+
+
+def test_column_refuses_more_scales_than_its_input_has():
+    with pytest.raises(ValueError, match="needs that many input scales"):
+        Column([16, 16], [32, 32, 32])
+
+
+def test_router_trains_on_a_lone_example():
+    router = Router(4, 3).train()
+    assert router(torch.rand(1, 4)).shape == (1, 3)
+    assert router(torch.rand(5, 4)).shape == (5, 3)
