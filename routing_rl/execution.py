@@ -22,8 +22,28 @@ import torch
 
 from routing_rl.graph import FullOutput, RoutedNet, take
 
-Decide = Callable[[str, torch.Tensor], torch.Tensor]
-"""``decide(junction name, scores (b, n_sinks)) -> sink indices (b,)`` for the b examples there."""
+
+
+@dataclass(frozen=True)
+class Junction:
+    """What a routing policy sees when ``b`` examples stand at one junction.
+
+    name: the junction's node name.
+    scores: ``(b, n_sinks)`` the router's scores.
+    descriptor: ``(b, D)`` the router's input features (without k_cpt).
+    k_cpt: the examples' cost per MAC: None, a float, or a ``(b,)`` tensor.
+    index: ``(b,)`` int64 positions of these examples in the batch.
+    """
+
+    name: str
+    scores: torch.Tensor
+    descriptor: torch.Tensor
+    k_cpt: float | torch.Tensor | None
+    index: torch.Tensor
+
+
+Decide = Callable[[Junction], torch.Tensor]
+"""``decide(junction) -> (b,)`` int64: the sink each example at the junction takes."""
 
 
 def full(net: RoutedNet, x: torch.Tensor, k_cpt=None) -> FullOutput:
@@ -56,9 +76,9 @@ class RoutedOutput:
         return self.logits.argmax(1)
 
 
-def argmax_decide(junction: str, scores: torch.Tensor) -> torch.Tensor:
+def argmax_decide(junction: Junction) -> torch.Tensor:
     """The inference routing policy: the highest-scoring sink."""
-    return scores.argmax(1)
+    return junction.scores.argmax(1)
 
 
 def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None) -> RoutedOutput:
@@ -81,7 +101,7 @@ def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None) -> Routed
         name, inputs, index, node_k_cpt = pending.pop()
         node = net.nodes[name]
         visits[name] = index
-        state, node_scores = node(inputs, node_k_cpt)
+        state, descriptor, node_scores = node(inputs, node_k_cpt)
         if node.is_leaf:
             if logits is None:
                 logits = state.new_zeros(batch, state.shape[1])
@@ -91,7 +111,7 @@ def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None) -> Routed
         if node_scores is None:
             pending.append((node.sinks[0], state, index, node_k_cpt))
             continue
-        choice = decide(name, node_scores)
+        choice = decide(Junction(name, node_scores, descriptor, node_k_cpt, index))
         scores[name] = node_scores
         decisions[name] = choice
         for sink_number, sink in enumerate(node.sinks):

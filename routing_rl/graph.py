@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -43,6 +44,15 @@ def take(state: State, index: torch.Tensor) -> State:
     if isinstance(state, Mapping):
         return {key: take(value, index) for key, value in state.items()}
     raise TypeError(f"cannot select examples from a state of type {type(state).__name__}")
+
+
+class NodeOutput(NamedTuple):
+    """What one node computes: its state (logits at a leaf); at a junction, also the
+    descriptor ``(B, D)`` its router read and the scores ``(B, n_sinks)`` it gave."""
+
+    state: State
+    descriptor: torch.Tensor | None
+    scores: torch.Tensor | None
 
 
 class Node(nn.Module):
@@ -88,12 +98,13 @@ class Node(nn.Module):
     def is_junction(self) -> bool:
         return len(self.sinks) >= 2
 
-    def forward(self, inputs: State, k_cpt=None) -> tuple[State, torch.Tensor | None]:
-        """Returns ``(state, scores)``; ``scores`` is ``(B, len(sinks))`` at a junction, else None."""
+    def forward(self, inputs: State, k_cpt=None) -> NodeOutput:
+        """This node's state, and at a junction its descriptor and router scores."""
         state = self.transform(inputs)
         if self.router is None:
-            return state, None
-        return state, self.router(self.descriptor(state), k_cpt)
+            return NodeOutput(state, None, None)
+        descriptor = self.descriptor(state)
+        return NodeOutput(state, descriptor, self.router(descriptor, k_cpt))
 
 
 @dataclass
@@ -101,10 +112,12 @@ class FullOutput:
     """Result of evaluating every node of a net on the whole batch.
 
     scores: junction name -> router scores ``(B, n_sinks)``.
+    descriptors: junction name -> the router's input features ``(B, D)`` (without k_cpt).
     logits: leaf name -> head logits ``(B, classes)``.
     """
 
     scores: dict[str, torch.Tensor]
+    descriptors: dict[str, torch.Tensor]
     logits: dict[str, torch.Tensor]
 
 
@@ -218,17 +231,19 @@ class RoutedNet(nn.Module):
         self.check_k_cpt(k_cpt)
         states: dict[str, State] = {}
         scores: dict[str, torch.Tensor] = {}
+        descriptors: dict[str, torch.Tensor] = {}
         logits: dict[str, torch.Tensor] = {}
         for name in self.order:
             parent = self.parent[name]
-            state, node_scores = self.nodes[name](x if parent is None else states[parent], k_cpt)
+            out = self.nodes[name](x if parent is None else states[parent], k_cpt)
             if self.nodes[name].is_leaf:
-                logits[name] = state
+                logits[name] = out.state
             else:
-                states[name] = state
-            if node_scores is not None:
-                scores[name] = node_scores
-        return FullOutput(scores=scores, logits=logits)
+                states[name] = out.state
+            if out.scores is not None:
+                scores[name] = out.scores
+                descriptors[name] = out.descriptor
+        return FullOutput(scores=scores, descriptors=descriptors, logits=logits)
 
     @torch.no_grad()
     def _measure_macs(self) -> tuple[dict[str, int], dict[str, int]]:

@@ -71,7 +71,7 @@ def test_route_with_a_chosen_policy_and_gradients():
     net = vector_tree().train()
     x = torch.rand(12, 6)
     always = {"root": 2, "fork": 1}
-    routed = route(net, x, lambda name, scores: torch.full((scores.shape[0],), always[name]))
+    routed = route(net, x, lambda at: torch.full((len(at.index),), always[at.name]))
     assert routed.leaf.tolist() == [net.leaf_index["leafD"]] * 12
     assert set(routed.visits) == {"root", "fork", "leafD"}
     routed.logits.sum().backward()
@@ -84,10 +84,18 @@ def test_route_splits_per_example_k_cpt_with_the_batch():
     seen = []
     net.nodes["fork"].router.layers[0].register_forward_hook(lambda m, inputs, out: seen.append(inputs[0][:, -1]))
     k_cpt = torch.arange(8, dtype=torch.float32) * 1e-8
-    decide = lambda name, scores: torch.arange(scores.shape[0]) % scores.shape[1]
+    seen_by_policy = {}
+
+    def decide(at):
+        seen_by_policy[at.name] = at
+        return torch.arange(at.scores.shape[0]) % at.scores.shape[1]
+
     routed = route(net, torch.rand(8, 6), decide, k_cpt)
     at_fork = routed.visits["fork"]
     torch.testing.assert_close(seen[0], k_cpt[at_fork] * 1e7)
+    fork = seen_by_policy["fork"]
+    assert torch.equal(fork.index, at_fork) and torch.equal(fork.k_cpt, k_cpt[at_fork])
+    assert fork.descriptor.shape == (len(at_fork), 5)
 
 
 def test_routing_responds_to_k_cpt():

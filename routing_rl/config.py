@@ -1,0 +1,179 @@
+"""Typed training configuration and its presets.
+
+One :class:`TrainConfig` describes a run completely; it is saved beside the run as
+``config.json`` and every field is a command-line flag of ``experiments/train_agent.py``
+(``k_cpt`` → ``--k-cpt``). A preset fills the schedule-related fields; any field given
+explicitly wins over the preset.
+
+Presets:
+  * ``paper`` — the paper's schedule: 80,000 iterations of batch 128; lr 0.1, τ and ε
+    halving every 10,000 iterations.
+  * ``cpu-small`` — the same shape compressed 20× in time (4,000 iterations, every
+    half-life 500), so that one 8-column net trains in minutes on a 2-core CPU.
+  * ``smoke`` — a few iterations on a small batch, for tests and a first look.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from routing_rl.costs import check_k_cpt
+
+AGENTS = ("static", "actor", "critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
+POLICIES = ("softmax", "eps-greedy", "greedy")
+EXECUTIONS = ("full", "sampled")
+PRESETS = ("smoke", "cpu-small", "paper")
+SB3_AGENTS = ("dqn", "ppo", "a2c")
+
+AGENT_POLICIES = {
+    "static": (),
+    "threshold": (),
+    "actor": ("softmax",),
+    "critic": ("softmax", "eps-greedy", "greedy"),
+    "optimistic-critic": ("softmax", "eps-greedy", "greedy"),
+    "dqn": ("eps-greedy",),
+    "ppo": ("softmax",),
+    "a2c": ("softmax",),
+}
+"""Training routing policies each agent can use; the first is its default. PPO and A2C
+sample from their own categorical (softmax) policy; DQN explores ε-greedily."""
+
+PRESET_VALUES: dict[str, dict] = {
+    "paper": dict(iterations=80_000, batch_size=128, lr_half_life=10_000, tau_half_life=10_000,
+                  epsilon_half_life=10_000, eval_every=5_000, checkpoint_every=5_000),
+    "cpu-small": dict(iterations=4_000, batch_size=128, lr_half_life=500, tau_half_life=500,
+                      epsilon_half_life=500, eval_every=250, checkpoint_every=500),
+    "smoke": dict(iterations=20, batch_size=16, lr_half_life=10, tau_half_life=10,
+                  epsilon_half_life=10, eval_every=10, checkpoint_every=10, eval_examples=64,
+                  train_examples=256),
+}
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run. Units: iterations are optimiser steps
+    (environment steps for SB3 agents), k_cpt is a cost per MAC."""
+
+    agent: str = "actor"
+    policy: str | None = None  # None: the agent's default (AGENT_POLICIES)
+    env: str = "routing_rl/HybridRouting-v0"
+    dataset: str | None = None  # None: the env's dataset
+    arch: str = "chain"
+    width: int = 1
+    k_cpt: float | str = 4e-9  # a cost per MAC, or "dynamic" (sampled from K_CPT_VALUES)
+    preset: str = "cpu-small"
+    iterations: int = 4_000
+    batch_size: int = 128
+    lr: float = 0.1
+    lr_half_life: int = 500
+    momentum: float = 0.9
+    tau: float | None = None  # None: 1.0 for the actor, 0.1 for critics
+    tau_half_life: int = 500
+    epsilon: float = 0.1
+    epsilon_half_life: int = 500
+    k_dec: float = 0.01
+    k_ure: float = 0.001
+    k_l2: float = 1e-4
+    talr: bool = True
+    execution: str | None = None  # None: full tree for the actor and softmax critics, sampled for ε-greedy/greedy
+    error_cost: str = "cross_entropy"
+    utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
+    probability_floor: float = 1e-6
+    validation_fraction: float = 0.1
+    eval_every: int = 250
+    eval_examples: int | None = None  # None: the whole validation/test split
+    train_examples: int | None = None  # None: the whole training split
+    checkpoint_every: int = 500
+    seed: int = 0
+    device: str = "auto"
+    data_dir: str | None = None
+    logdir: str = "runs"
+    run_name: str | None = None
+    extra: dict = field(default_factory=dict)  # agent-specific settings that have no flag
+
+    @property
+    def dynamic_k_cpt(self) -> bool:
+        return self.k_cpt == "dynamic"
+
+    @property
+    def resolved_policy(self) -> str | None:
+        allowed = AGENT_POLICIES[self.agent]
+        return self.policy if self.policy is not None else (allowed[0] if allowed else None)
+
+    @property
+    def resolved_tau(self) -> float:
+        if self.tau is not None:
+            return self.tau
+        return 1.0 if self.agent == "actor" else 0.1
+
+    @property
+    def resolved_execution(self) -> str:
+        if self.execution is not None:
+            return self.execution
+        return "sampled" if self.resolved_policy in ("eps-greedy", "greedy") else "full"
+
+    def validate(self) -> TrainConfig:
+        """Raise ValueError naming the first bad field and how to fix it."""
+        if self.agent not in AGENTS:
+            raise ValueError(f"unknown agent {self.agent!r}; choose one of {', '.join(AGENTS)}")
+        allowed = AGENT_POLICIES[self.agent]
+        if self.policy is not None and self.policy not in allowed:
+            if self.policy not in POLICIES:
+                raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+            can = f"can only use {', '.join(allowed)}" if allowed else "has no training routing policy"
+            raise ValueError(f"agent {self.agent!r} {can}; drop --policy or pick another agent")
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        if self.k_cpt != "dynamic":
+            self.k_cpt = check_k_cpt(self.k_cpt)
+        if self.dynamic_k_cpt and self.agent in ("static", "threshold"):
+            raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
+        if self.execution is not None and self.execution not in EXECUTIONS:
+            raise ValueError(f"unknown execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
+        if self.agent == "actor" and self.resolved_execution != "full":
+            raise ValueError("the actor needs the full tree (exact expectations); drop --execution=sampled")
+        for name in ("iterations", "batch_size", "width"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("lr", "lr_half_life", "tau_half_life", "epsilon_half_life", "eval_every", "checkpoint_every"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon!r}")
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}")
+        return self
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        values = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"config has unknown fields {sorted(unknown)}; was it written by another version?")
+        return cls(**values)
+
+    def save(self, path: Path) -> None:
+        from routing_rl.checkpoint import atomic_write_text
+
+        atomic_write_text(Path(path), self.to_json())
+
+
+def make_config(preset: str = "cpu-small", **overrides) -> TrainConfig:
+    """A validated config: the preset's values, then ``overrides`` (fields set to None are
+    treated as not given)."""
+    if preset not in PRESET_VALUES:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise ValueError(f"unknown config fields {sorted(unknown)}")
+    values = {**PRESET_VALUES[preset], **{k: v for k, v in overrides.items() if v is not None}}
+    return TrainConfig(preset=preset, **values).validate()

@@ -1,0 +1,70 @@
+"""One evaluator for every learner: accuracy, MACs and where each example left the net.
+
+Every learner — the paper's, the threshold baseline, SB3 agents — is judged by routing the
+test split through the same :class:`~routing_rl.graph.RoutedNet` with
+:func:`~routing_rl.execution.route`; only the ``decide`` function differs (argmax of the
+routers by default). So every point on an accuracy/MAC plot means the same thing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from routing_rl.data import SOURCES, Split
+from routing_rl.execution import Decide, argmax_decide, route
+from routing_rl.graph import RoutedNet
+
+
+@torch.no_grad()
+def evaluate(
+    net: RoutedNet,
+    split: Split,
+    k_cpt: float | None = None,
+    decide: Decide = argmax_decide,
+    batch_size: int = 1000,
+    classes: tuple[str, ...] | None = None,
+) -> dict:
+    """Route ``split`` through ``net`` in eval mode and summarise, JSON-ready.
+
+    Returns ``accuracy`` (fraction correct), ``mean_macs`` (MACs per example), ``k_cpt``,
+    ``examples``, and per leaf: ``fraction`` of examples classified there, their
+    ``accuracy`` (None where no example arrived), ``count``, and counts ``by_class`` and
+    ``by_source`` (names from ``classes`` and :data:`~routing_rl.data.SOURCES`).
+    """
+    was_training = net.training
+    net.eval()
+    device = net.leaf_macs.device
+    leaves, correct, macs = [], [], []
+    try:
+        for start in range(0, len(split), batch_size):
+            x = split.images[start : start + batch_size].to(device, non_blocking=True)
+            y = split.labels[start : start + batch_size].to(device)
+            routed = route(net, x, decide, k_cpt if net.k_cpt_input else None)
+            leaves.append(routed.leaf)
+            correct.append(routed.pred == y)
+            macs.append(routed.macs)
+    finally:
+        net.train(was_training)
+    leaf, correct, macs = torch.cat(leaves).cpu(), torch.cat(correct).cpu(), torch.cat(macs).cpu()
+    labels, source = split.labels.cpu(), split.source.cpu()
+    n_classes = net.classes
+    class_names = list(classes) if classes is not None else [str(c) for c in range(n_classes)]
+    per_leaf = {}
+    for i, name in enumerate(net.leaves):
+        here = leaf == i
+        count = int(here.sum())
+        per_leaf[name] = {
+            "count": count,
+            "fraction": count / len(split),
+            "accuracy": float(correct[here].double().mean()) if count else None,
+            "macs": int(net.leaf_macs[i]),
+            "by_class": dict(zip(class_names, torch.bincount(labels[here], minlength=n_classes).tolist())),
+            "by_source": dict(zip(SOURCES, torch.bincount(source[here], minlength=len(SOURCES)).tolist())),
+        }
+    return {
+        "accuracy": float(correct.double().mean()),
+        "mean_macs": float(macs.double().mean()),
+        "k_cpt": k_cpt,
+        "examples": len(split),
+        "leaves": per_leaf,
+    }

@@ -1,0 +1,49 @@
+import pytest
+import torch
+from helpers import randomize_routers, varied_images
+
+from routing_rl.costs import check_k_cpt, computation_cost, error_cost
+from routing_rl.data import Split
+from routing_rl.evaluate import evaluate
+from routing_rl.execution import dynamic
+from routing_rl.nets.multiscale import chain
+
+
+def test_evaluate_summarises_dynamic_routing():
+    x = varied_images(30, 4)
+    net = randomize_routers(chain(classes=3), x, 4)
+    routed = dynamic(net.eval(), x)
+    net.train()
+    labels = routed.pred.clone()
+    labels[:10] = (labels[:10] + 1) % 3  # the first ten are wrong
+    source = torch.arange(30) % 2
+    result = evaluate(net, Split(x, labels, source), batch_size=7, classes=("a", "b", "c"))
+    assert result["accuracy"] == pytest.approx(20 / 30)
+    assert result["mean_macs"] == pytest.approx(routed.macs.double().mean().item())
+    assert sum(leaf["count"] for leaf in result["leaves"].values()) == 30
+    for i, (name, leaf) in enumerate(result["leaves"].items()):
+        here = routed.leaf == i
+        assert leaf["count"] == int(here.sum())
+        assert sum(leaf["by_class"].values()) == leaf["count"] == sum(leaf["by_source"].values())
+        if leaf["count"]:
+            assert leaf["accuracy"] == pytest.approx(float((routed.pred == labels)[here].double().mean()))
+        else:
+            assert leaf["accuracy"] is None
+    assert net.training, "evaluate restores the net's mode"
+
+
+def test_error_costs():
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+    labels = torch.tensor([0, 0])
+    torch.testing.assert_close(error_cost(logits, labels), torch.nn.functional.cross_entropy(logits, labels, reduction="none"))
+    assert error_cost(logits, labels, "zero_one").tolist() == [0.0, 1.0]
+    with pytest.raises(ValueError, match="unknown error cost 'hinge'"):
+        error_cost(logits, labels, "hinge")
+
+
+def test_computation_cost_and_k_cpt_checks():
+    assert computation_cost(torch.tensor([1_000_000, 0]), 4e-9).tolist() == pytest.approx([4e-3, 0.0])
+    assert check_k_cpt("1.6e-8") == 1.6e-8
+    for bad in (-1e-9, "cheap", float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="k_cpt must be"):
+            check_k_cpt(bad)
