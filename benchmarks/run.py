@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BENCHMARKS = {
     "execution": "bench_execution",
+    "data": "bench_data",
 }
 
 

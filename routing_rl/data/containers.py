@@ -1,0 +1,78 @@
+"""The tensors a dataset hands to learners: :class:`Split` and :class:`RoutingDataset`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+SOURCES = ("mnist", "cifar")
+"""Where an example came from; ``Split.source`` holds an index into this tuple."""
+MNIST_SOURCE = SOURCES.index("mnist")
+CIFAR_SOURCE = SOURCES.index("cifar")
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split: images ``(N, 3, 32, 32)`` float32 in [0, 1], labels and sources ``(N,)`` int64."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    source: torch.Tensor
+
+    def __post_init__(self) -> None:
+        n = self.images.shape[0]
+        if self.labels.shape != (n,) or self.source.shape != (n,):
+            raise ValueError(
+                f"images, labels and source disagree in length: {tuple(self.images.shape)}, "
+                f"{tuple(self.labels.shape)}, {tuple(self.source.shape)}"
+            )
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def to(self, device: torch.device | str) -> Split:
+        return Split(self.images.to(device), self.labels.to(device), self.source.to(device))
+
+    def subset(self, indices: torch.Tensor) -> Split:
+        """The examples at ``indices`` (a new split; tensors are copied)."""
+        indices = torch.as_tensor(indices, dtype=torch.long, device=self.labels.device)
+        return Split(self.images[indices], self.labels[indices], self.source[indices])
+
+
+def stratified_indices(
+    labels: torch.Tensor, fraction: float, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split ``range(len(labels))`` into (rest, picked), picking ``round(fraction * n_c)`` of
+    each class ``c`` at random (seeded); both index lists sorted ascending."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    generator = torch.Generator().manual_seed(seed)
+    labels = labels.cpu()
+    picked = []
+    for c in torch.unique(labels).tolist():
+        idx = torch.nonzero(labels == c).flatten()
+        k = round(fraction * len(idx))
+        picked.append(idx[torch.randperm(len(idx), generator=generator)[:k]])
+    mask = torch.zeros(len(labels), dtype=torch.bool)
+    if picked:
+        mask[torch.cat(picked)] = True
+    return torch.nonzero(~mask).flatten(), torch.nonzero(mask).flatten()
+
+
+@dataclass(frozen=True)
+class RoutingDataset:
+    """A named dataset with its classes, train and test splits, and a JSON-serialisable
+    ``description`` saying which files it was built from and how it was split."""
+
+    name: str
+    classes: tuple[str, ...]
+    train: Split
+    test: Split
+    description: dict
+
+    def validation_split(self, fraction: float = 0.1, seed: int = 0) -> tuple[Split, Split]:
+        """(train_part, validation_part) of the training split, stratified by class and
+        deterministic in ``seed``. Tune on the validation part, never on ``test``."""
+        rest, picked = stratified_indices(self.train.labels, fraction, seed)
+        return self.train.subset(rest), self.train.subset(picked)

@@ -1,0 +1,230 @@
+"""The five datasets of the paper, built from raw MNIST / CIFAR-10 pixels (FACTS.md, "Data").
+
+- ``mnist``: digits resized 28→32 (bilinear), grey repeated over 3 channels.
+- ``cifar10``, ``cifar2`` (horse, other), ``cifar5`` (cat, dog, deer, horse, other):
+  CIFAR-10 images gamma-decoded, value**2.2 on the 0..1 scale.
+- ``hybrid``: MNIST digits 0-4 (resized, each recoloured black→c1, white→c2 with two random
+  colours at least 0.3 apart, seeded) plus CIFAR-10 airplane, automobile, deer, frog, horse
+  (gamma-decoded). Its test set holds the digits' test part plus, per CIFAR class, as many
+  test images as the digit classes have on average (all 1,000 when MNIST is complete).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from routing_rl.data import cache, sources
+from routing_rl.data.containers import CIFAR_SOURCE, MNIST_SOURCE, SOURCES, RoutingDataset, Split
+from routing_rl.data.layouts import CIFAR10_CLASSES, MNIST_CLASSES
+
+DATASETS = ("mnist", "cifar10", "cifar2", "cifar5", "hybrid")
+HYBRID_DIGITS = 5  # digits 0..4
+HYBRID_CIFAR = ("airplane", "automobile", "deer", "frog", "horse")
+CLASSES = {
+    "mnist": MNIST_CLASSES,
+    "cifar10": CIFAR10_CLASSES,
+    "cifar2": ("horse", "other"),
+    "cifar5": ("cat", "dog", "deer", "horse", "other"),
+    "hybrid": MNIST_CLASSES[:HYBRID_DIGITS] + HYBRID_CIFAR,
+}
+NEEDS = {"mnist": ("mnist",), "hybrid": ("mnist", "cifar")}  # the rest need only "cifar"
+GAMMA = 2.2
+MIN_COLOUR_DISTANCE = 0.3
+RECOLOUR_SEED = 0
+HYBRID_TEST_SEED = 0
+IMAGE_SIZE = 32
+
+
+def gamma_decode(pixels: torch.Tensor) -> torch.Tensor:
+    """uint8 pixels → float32 ``(value / 255) ** 2.2``, computed in place in the output."""
+    out = torch.empty(pixels.shape, dtype=torch.float32, device=pixels.device)
+    return out.copy_(pixels).mul_(1 / 255).pow_(GAMMA).clamp_(0, 1)
+
+
+def resize_digits(pixels: torch.Tensor) -> torch.Tensor:
+    """uint8 ``(N, 28, 28)`` → float32 ``(N, 1, 32, 32)`` in [0, 1], bilinear."""
+    grey = pixels[:, None].float().div_(255)
+    size = (IMAGE_SIZE, IMAGE_SIZE)
+    return F.interpolate(grey, size=size, mode="bilinear", align_corners=False).clamp_(0, 1)
+
+
+def random_colour_pairs(n: int, generator: torch.Generator,
+                        min_distance: float = MIN_COLOUR_DISTANCE) -> torch.Tensor:
+    """``(n, 2, 3)`` pairs of uniform RGB colours, each pair at least ``min_distance`` apart
+    (pairs that are closer are redrawn)."""
+    colours = torch.rand(n, 2, 3, generator=generator)
+    while True:
+        close = torch.nonzero((colours[:, 0] - colours[:, 1]).norm(dim=1) < min_distance).flatten()
+        if len(close) == 0:
+            return colours
+        colours[close] = torch.rand(len(close), 2, 3, generator=generator)
+
+
+def recolour(grey: torch.Tensor, colours: torch.Tensor) -> torch.Tensor:
+    """``(N, 1, H, W)`` grey in [0, 1] → ``(N, 3, H, W)``: black → ``colours[:, 0]``,
+    white → ``colours[:, 1]``, linear in between."""
+    c1, c2 = colours[:, 0, :, None, None], colours[:, 1, :, None, None]
+    return c1 + (c2 - c1) * grey
+
+
+def _class_map(names: tuple[str, ...]) -> torch.Tensor:
+    """CIFAR-10 label → index in ``names`` (the last name, "other", takes the rest)."""
+    other = len(names) - 1
+    return torch.tensor([names.index(c) if c in names else other for c in CIFAR10_CLASSES])
+
+
+def _mnist_entry(raw: dict) -> dict:
+    entry = {}
+    for split in ("train", "test"):
+        entry[f"{split}_images"] = resize_digits(raw[f"{split}_images"]).expand(-1, 3, -1, -1).contiguous()
+        entry[f"{split}_labels"] = raw[f"{split}_labels"].clone()
+    return entry
+
+
+def _cifar_entry(raw: dict) -> dict:
+    entry = {}
+    for split in ("train", "test"):
+        entry[f"{split}_images"] = gamma_decode(raw[f"{split}_images"])
+        entry[f"{split}_labels"] = raw[f"{split}_labels"].clone()
+    return entry
+
+
+def _hybrid_cifar_indices(labels: torch.Tensor, per_class: int | None, seed: int) -> torch.Tensor:
+    """Indices of the hybrid's CIFAR classes; at most ``per_class`` of each (seeded choice)."""
+    generator = torch.Generator().manual_seed(seed)
+    chosen = []
+    for name in HYBRID_CIFAR:
+        idx = torch.nonzero(labels == CIFAR10_CLASSES.index(name)).flatten()
+        if per_class is not None and per_class < len(idx):
+            idx = idx[torch.randperm(len(idx), generator=generator)[:per_class]].sort().values
+        chosen.append(idx)
+    return torch.cat(chosen).sort().values  # in source order
+
+
+def _hybrid_entry(mnist: dict, cifar: dict) -> dict:
+    generator = torch.Generator().manual_seed(RECOLOUR_SEED)
+    cifar_label = torch.tensor([
+        HYBRID_DIGITS + HYBRID_CIFAR.index(c) if c in HYBRID_CIFAR else -1 for c in CIFAR10_CLASSES
+    ])
+    entry, per_class = {}, None
+    for split in ("train", "test"):
+        digit = torch.nonzero(mnist[f"{split}_labels"] < HYBRID_DIGITS).flatten()
+        if split == "test":  # half digits, half CIFAR, as in the paper
+            per_class = round(len(digit) / len(HYBRID_CIFAR))
+        picked = _hybrid_cifar_indices(cifar[f"{split}_labels"], per_class, HYBRID_TEST_SEED)
+        grey = resize_digits(mnist[f"{split}_images"][digit])
+        digits = recolour(grey, random_colour_pairs(len(digit), generator))
+        entry[f"{split}_images"] = torch.cat([digits, gamma_decode(cifar[f"{split}_images"][picked])])
+        entry[f"{split}_labels"] = torch.cat(
+            [mnist[f"{split}_labels"][digit], cifar_label[cifar[f"{split}_labels"][picked]]]
+        )
+        entry[f"{split}_source"] = torch.cat(
+            [torch.full((len(digit),), MNIST_SOURCE), torch.full((len(picked),), CIFAR_SOURCE)]
+        )
+    entry["test_cifar_per_class"] = per_class
+    return entry
+
+
+def _hybrid_rule(per_class: int) -> dict:
+    return {
+        "train_set": "all MNIST train digits 0-4 + all CIFAR-10 train images of the five classes",
+        "test_set": f"all MNIST test digits 0-4 + up to {per_class} CIFAR-10 test images per "
+                    f"class (as many as the digit classes have on average; seeded choice, "
+                    f"seed {HYBRID_TEST_SEED})",
+        "order": "digits first, then CIFAR images, each in source order",
+        "recolour": f"per digit two uniform RGB colours >= {MIN_COLOUR_DISTANCE} apart, "
+                    f"black->first, white->second; torch.Generator seed {RECOLOUR_SEED}, "
+                    "train digits then test digits",
+    }
+
+
+def _splits(entry: dict, source: int, mapping: torch.Tensor | None = None) -> tuple[Split, Split]:
+    """Splits from a cache entry: every example from ``source`` unless the entry says
+    otherwise; ``mapping`` relabels (CIFAR-10 label → CIFAR-2/-5 label)."""
+    out = []
+    for split in ("train", "test"):
+        labels = entry[f"{split}_labels"]
+        where = entry.get(f"{split}_source", torch.full_like(labels, source))
+        out.append(Split(entry[f"{split}_images"], labels if mapping is None else mapping[labels], where))
+    return out[0], out[1]
+
+
+def _counts(values: torch.Tensor, n: int) -> list[int]:
+    return torch.bincount(values, minlength=n).tolist()
+
+
+def _build(name: str, resolved: dict, cache_dir: Path) -> tuple[Split, Split, dict]:
+    """(train, test, rule): from the cache when built before, else built and cached."""
+    # Derived entries are keyed by their sources and by every constant of the build.
+    key = {kind: {"source": r.key, "split": r.info["split"]} for kind, r in resolved.items()}
+    key["build"] = [GAMMA, IMAGE_SIZE]
+    if name == "mnist":
+        entry = cache.cached(cache_dir, "dataset-mnist", key, lambda: _mnist_entry(resolved["mnist"].raw()))
+        return (*_splits(entry, MNIST_SOURCE), {})
+    if name == "hybrid":
+        key["build"] += [HYBRID_CIFAR, MIN_COLOUR_DISTANCE, RECOLOUR_SEED, HYBRID_TEST_SEED]
+        entry = cache.cached(
+            cache_dir, "dataset-hybrid", key,
+            lambda: _hybrid_entry(resolved["mnist"].raw(), resolved["cifar"].raw()),
+        )
+        return (*_splits(entry, MNIST_SOURCE), _hybrid_rule(entry["test_cifar_per_class"]))
+    # cifar10, cifar2 and cifar5 share one cache entry of gamma-decoded images
+    entry = cache.cached(cache_dir, "images-cifar", key, lambda: _cifar_entry(resolved["cifar"].raw()))
+    if name == "cifar10":
+        return (*_splits(entry, CIFAR_SOURCE), {})
+    classes = CLASSES[name]
+    rule = {"labels": f"CIFAR-10 classes not in {classes[:-1]} are labelled 'other'"}
+    return (*_splits(entry, CIFAR_SOURCE, _class_map(classes)), rule)
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str | Path | None = None,
+                 download: bool = True) -> RoutingDataset:
+    """Build (or load from the cache) one of :data:`DATASETS`.
+
+    ``data_dir`` defaults to ``$ROUTING_RL_DATA_DIR``; ``cache_dir`` to ``$ROUTING_RL_CACHE``
+    (else ``~/.cache/routing-rl``). With ``download``, torchvision's downloaders are tried
+    (into ``<cache_dir>/downloads``) before falling back to a test-set-only MNIST copy.
+    Raises ValueError for an unknown name, DataNotFoundError when no source is found.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    origin = ""
+    if data_dir is None and os.environ.get(sources.DATA_DIR_ENV):
+        origin = f" (from ${sources.DATA_DIR_ENV})"
+    data_dir = Path(data_dir).expanduser() if data_dir is not None else sources.default_data_dir()
+    cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else cache.default_cache_dir()
+    resolved = {
+        kind: sources.resolve(kind, name, data_dir, cache_dir, download, origin)
+        for kind in NEEDS.get(name, ("cifar",))
+    }
+    train, test, rule = _build(name, resolved, cache_dir)
+
+    classes = CLASSES[name]
+    found = {kind: r.info for kind, r in resolved.items()}
+    seeds = {k: f["split_seed"] for k, f in found.items() if "split_seed" in f}
+    if name == "hybrid":
+        seeds.update(recolour=RECOLOUR_SEED, hybrid_test_subset=HYBRID_TEST_SEED)
+    preprocessing = []
+    if "mnist" in resolved:
+        channels = ", grey repeated over 3 channels" if name == "mnist" else ""
+        preprocessing.append(f"MNIST: 28x28 -> 32x32 bilinear (align_corners=False), 0..1{channels}")
+    if "cifar" in resolved:
+        preprocessing.append(f"CIFAR-10: gamma-decoded, (value/255)**{GAMMA}")
+    splits = (("train", train), ("test", test))
+    description = {
+        "name": name,
+        "classes": list(classes),
+        "sources": found,
+        "preprocessing": preprocessing,
+        "rule": rule,
+        "seeds": seeds,
+        "sizes": {"train": len(train), "test": len(test)},
+        "class_counts": {s: _counts(x.labels, len(classes)) for s, x in splits},
+        "source_counts": {s: dict(zip(SOURCES, _counts(x.source, len(SOURCES)))) for s, x in splits},
+        "format_version": cache.FORMAT_VERSION,
+    }
+    return RoutingDataset(name, classes, train, test, description)

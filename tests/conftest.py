@@ -1,0 +1,37 @@
+"""Shared test setup.
+
+Real-data tests read the offline bundle that sits beside the repository (``../shared/datasets``
+from the repo root). When ``ROUTING_RL_DATA_DIR`` is unset and that folder exists, point the
+variable there; tests that need it take the ``real_data_dir`` fixture, which skips them with a
+clear reason when the folder is absent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+if not os.environ.get("ROUTING_RL_DATA_DIR") and SHARED_DATASETS.is_dir():
+    os.environ["ROUTING_RL_DATA_DIR"] = str(SHARED_DATASETS)
+
+
+@pytest.fixture(scope="session")
+def real_data_dir() -> Path:
+    """The folder with real MNIST / CIFAR-10 files, or skip."""
+    value = os.environ.get("ROUTING_RL_DATA_DIR")
+    if not value or not Path(value).is_dir():
+        pytest.skip(
+            f"real-data test: no data folder (set ROUTING_RL_DATA_DIR, or put the offline "
+            f"bundle at {SHARED_DATASETS})"
+        )
+    return Path(value)
+
+
+@pytest.fixture(scope="session")
+def real_cache_dir(tmp_path_factory) -> Path:
+    """One cache folder for every real-data test in the session, so each source is decoded once."""
+    return tmp_path_factory.mktemp("routing-rl-cache")
