@@ -52,6 +52,13 @@ class Learner(ABC):
         """The k_cpt values to evaluate at: every paper value for a dynamic-k_cpt net."""
         return list(K_CPT_VALUES) if self.config.dynamic_k_cpt else [float(self.config.k_cpt)]
 
+    def evaluation_points(self, validation: Split) -> list[tuple[dict, float, Decide]]:
+        """The settings a trained learner is judged at on the test split:
+        ``(fields to record beside the result, k_cpt, decide)``, one per point of its curve.
+        Anything tuned for a point (the threshold baseline's thresholds) is tuned on
+        ``validation``, never on the test split."""
+        return [({}, k_cpt, self.decide(k_cpt)) for k_cpt in self.eval_k_cpts()]
+
     @abstractmethod
     def state_dict(self) -> dict:
         """Everything needed to resume: net, optimiser, and any learner state."""

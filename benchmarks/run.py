@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 BENCHMARKS = {
     "execution": "bench_execution",
     "data": "bench_data",
+    "learners": "bench_learners",
+    "vecenv": "bench_vecenv",
 }
 
 

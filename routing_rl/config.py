@@ -10,7 +10,9 @@ Presets:
     halving every 10,000 iterations.
   * ``cpu-small`` — the same shape compressed 20× in time (4,000 iterations, every
     half-life 500), so that one 8-column net trains in minutes on a 2-core CPU.
-  * ``smoke`` — a few iterations on a small batch, for tests and a first look.
+  * ``quick`` — the default: 600 iterations with the same shape, a first real result in a
+    few minutes on a CPU.
+  * ``smoke`` — a few iterations on a small batch and a few hundred examples, for tests.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from routing_rl.costs import check_k_cpt
+from routing_rl.nets.multiscale import arch_names
 
 AGENTS = ("static", "actor", "critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
 POLICIES = ("softmax", "eps-greedy", "greedy")
 EXECUTIONS = ("full", "sampled")
-PRESETS = ("smoke", "cpu-small", "paper")
+PRESETS = ("smoke", "quick", "cpu-small", "paper")
+DEFAULT_PRESET = "quick"
 SB3_AGENTS = ("dqn", "ppo", "a2c")
 
 AGENT_POLICIES = {
@@ -46,6 +50,8 @@ PRESET_VALUES: dict[str, dict] = {
                   epsilon_half_life=10_000, eval_every=5_000, checkpoint_every=5_000),
     "cpu-small": dict(iterations=4_000, batch_size=128, lr_half_life=500, tau_half_life=500,
                       epsilon_half_life=500, eval_every=250, checkpoint_every=500),
+    "quick": dict(iterations=600, batch_size=128, lr_half_life=75, tau_half_life=75,
+                  epsilon_half_life=75, eval_every=100, checkpoint_every=100, eval_examples=2_000),
     "smoke": dict(iterations=20, batch_size=16, lr_half_life=10, tau_half_life=10,
                   epsilon_half_life=10, eval_every=10, checkpoint_every=10, eval_examples=64,
                   train_examples=256),
@@ -61,10 +67,10 @@ class TrainConfig:
     policy: str | None = None  # None: the agent's default (AGENT_POLICIES)
     env: str = "routing_rl/HybridRouting-v0"
     dataset: str | None = None  # None: the env's dataset
-    arch: str = "chain"
+    arch: str | None = None  # None: static-8 for the static agent, chain for the others
     width: int = 1
     k_cpt: float | str = 4e-9  # a cost per MAC, or "dynamic" (sampled from K_CPT_VALUES)
-    preset: str = "cpu-small"
+    preset: str = DEFAULT_PRESET
     iterations: int = 4_000
     batch_size: int = 128
     lr: float = 0.1
@@ -90,6 +96,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     data_dir: str | None = None
+    download: bool = True  # False: never try torchvision's downloaders
     logdir: str = "runs"
     run_name: str | None = None
     extra: dict = field(default_factory=dict)  # agent-specific settings that have no flag
@@ -125,6 +132,16 @@ class TrainConfig:
                 raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
             can = f"can only use {', '.join(allowed)}" if allowed else "has no training routing policy"
             raise ValueError(f"agent {self.agent!r} {can}; drop --policy or pick another agent")
+        if self.arch is None:
+            self.arch = "static-8" if self.agent == "static" else "chain"
+        if self.arch not in arch_names():
+            raise ValueError(f"unknown arch {self.arch!r}; choose one of {', '.join(arch_names())}")
+        if self.agent == "static" and not self.arch.startswith("static-"):
+            raise ValueError(f"the static agent trains static-N nets (N = 1..8), got --arch {self.arch}; use e.g. --arch static-8")
+        if self.agent != "static" and self.arch.startswith("static-"):
+            raise ValueError(f"agent {self.agent!r} needs junctions to route at; use --arch chain or tree, or --agent static")
+        if self.agent == "threshold" and self.arch != "chain":
+            raise ValueError(f"threshold early exit puts a head on every column of a chain, got --arch {self.arch}; use --arch chain")
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
         if self.k_cpt != "dynamic":
@@ -166,7 +183,7 @@ class TrainConfig:
         atomic_write_text(Path(path), self.to_json())
 
 
-def make_config(preset: str = "cpu-small", **overrides) -> TrainConfig:
+def make_config(preset: str = DEFAULT_PRESET, **overrides) -> TrainConfig:
     """A validated config: the preset's values, then ``overrides`` (fields set to None are
     treated as not given)."""
     if preset not in PRESET_VALUES:

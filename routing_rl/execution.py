@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from routing_rl.graph import FullOutput, RoutedNet, take
+from routing_rl.graph import FullOutput, RoutedNet, State, take
 
 
 
@@ -33,6 +33,8 @@ class Junction:
     descriptor: ``(b, D)`` the router's input features (without k_cpt).
     k_cpt: the examples' cost per MAC: None, a float, or a ``(b,)`` tensor.
     index: ``(b,)`` int64 positions of these examples in the batch.
+    state: the junction node's state for these examples (what its sinks read), for
+        policies that look past the scores, such as early exit on a head's confidence.
     """
 
     name: str
@@ -40,6 +42,7 @@ class Junction:
     descriptor: torch.Tensor
     k_cpt: float | torch.Tensor | None
     index: torch.Tensor
+    state: State | None = None
 
 
 Decide = Callable[[Junction], torch.Tensor]
@@ -111,7 +114,7 @@ def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None) -> Routed
         if node_scores is None:
             pending.append((node.sinks[0], state, index, node_k_cpt))
             continue
-        choice = decide(Junction(name, node_scores, descriptor, node_k_cpt, index))
+        choice = decide(Junction(name, node_scores, descriptor, node_k_cpt, index, state))
         scores[name] = node_scores
         decisions[name] = choice
         for sink_number, sink in enumerate(node.sinks):

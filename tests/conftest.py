@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
@@ -35,3 +36,13 @@ def real_data_dir() -> Path:
 def real_cache_dir(tmp_path_factory) -> Path:
     """One cache folder for every real-data test in the session, so each source is decoded once."""
     return tmp_path_factory.mktemp("routing-rl-cache")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The tests run tiny nets, where a second intra-op thread only adds synchronisation,
+    and on a busy machine OpenMP's spinning threads can make a step many times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

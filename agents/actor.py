@@ -1,0 +1,83 @@
+"""Actor learning (paper Section 4.1): minimise the exact expected cost over the training policy.
+
+The training routing policy at junction j is ``softmax(s_j / tau)`` (floored). With the full
+tree evaluated, every leaf's path probability ``P_leaf`` (the product of the decision
+probabilities on its path) is known, and
+
+    L_ac = E[c_err + c_cpt] = mean_batch Σ_leaf P_leaf · (c_err(leaf) + k_cpt · MACs(leaf))
+
+is computed exactly, without sampling. Gradients reach the heads and columns through
+``c_err`` and the routers through ``P``. Regularisation (Section 4.4) adds
+
+* c_mod = k_L2 · Σ_nodes p̄_node Σ w² (see :mod:`routing_rl.agents.sgd`), and
+* c_dec = k_dec · mean_batch Σ_j p_j · ‖s_j‖², ``p_j`` the stop-gradient probability of
+  reaching junction j: the paper's ``E[k_dec Σ_{j ∈ J(d̂)} ‖s_j‖²]``, which keeps the
+  scores small and so keeps the actor exploring.
+
+TALR scales each node's gradient by ``1/sqrt(mean_batch p_node²)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from routing_rl.agents.paths import Paths
+from routing_rl.agents.sgd import SGDLearner, check_error_cost, leaf_correct, leaf_errors, scalars, training_policy
+from routing_rl.config import TrainConfig
+from routing_rl.data import Split
+from routing_rl.graph import RoutedNet
+from routing_rl.talr import talr_scales
+
+
+class ActorLearner(SGDLearner):
+    """Trains a routed net (chain or tree) by exact expected-cost minimisation."""
+
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device):
+        if not net.junctions:
+            raise ValueError("the actor learns routing; its net needs junctions (--arch chain or tree)")
+        if config.resolved_policy != "softmax":
+            raise ValueError("the actor's gradients flow through softmax probabilities; use --policy softmax")
+        check_error_cost(config)
+        super().__init__(net, config, device)
+        self.policy = training_policy(config)
+        self.paths = Paths(net)
+        self.junction_columns = [self.paths.node_index[j] for j in net.junctions]
+
+    def losses(self, batch: Split, iteration: int) -> dict[str, torch.Tensor]:
+        """The loss terms on one batch (differentiable), and ``reach`` ``(B, N)``."""
+        k_cpt = self.sample_k_cpt(len(batch))
+        out = self.net(batch.images, k_cpt)
+        probabilities = {j: self.policy.probabilities(s, iteration) for j, s in out.scores.items()}
+        reach = self.paths.reach(probabilities)
+        p_leaf = self.paths.leaves(reach)
+        c_err = (p_leaf * leaf_errors(self.net, out, batch.labels)).sum(1).mean()
+        c_cpt = (p_leaf * k_cpt[:, None] * self.leaf_macs).sum(1).mean()
+        reach_junction = reach.detach()[:, self.junction_columns]
+        decisiveness = torch.stack([out.scores[j].square().sum(1) for j in self.net.junctions], dim=1)
+        c_dec = self.config.k_dec * (reach_junction * decisiveness).sum(1).mean()
+        c_mod = self.c_mod(reach.detach().mean(0))
+        p_leaf = p_leaf.detach()
+        return {
+            "c_err": c_err,
+            "c_cpt": c_cpt,
+            "c_mod": c_mod,
+            "c_dec": c_dec,
+            "reach": reach,
+            "accuracy": (p_leaf * leaf_correct(self.net, out, batch.labels)).sum(1).mean(),
+            "mean_macs": (p_leaf * self.leaf_macs).sum(1).mean(),
+        }
+
+    def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
+        terms = self.losses(batch, iteration)
+        total = terms["c_err"] + terms["c_cpt"] + terms["c_mod"] + terms["c_dec"]
+        scales = talr_scales(terms["reach"], self.policy.floor) if self.config.talr else None
+        lr = self.step(total, iteration, scales)
+        return scalars({
+            **{f"losses/{name}": terms[name] for name in ("c_err", "c_cpt", "c_mod", "c_dec")},
+            "losses/total": total,
+            "charts/lr": lr,
+            **self.policy.charts(iteration),
+            # under the training policy: expectations over its path probabilities
+            "charts/train_accuracy": terms["accuracy"],
+            "charts/train_mean_macs": terms["mean_macs"],
+        })

@@ -1,0 +1,168 @@
+"""What the paper's learners cost per training step, side by side.
+
+* ``actor_step_ratio`` — one actor step on the 8-column chain (every column, head and router,
+  the exact expectation over the 8 paths, c_mod, c_dec, TALR) / one static-8 step (8
+  columns, one head, cross-entropy, c_mod). Target <= 1.3: the full evaluation computes
+  little besides the static net's columns, and the expectation is a few small tensor ops.
+* ``sampled_vs_full_step_ratio`` and ``sampled_vs_full_peak_memory_ratio`` — the pragmatic
+  critic on the tree (47 columns; an example runs through at most 8), sampled decisions
+  against the full tree. Targets: both < 1.
+
+Steps are timed alternately (A, B, A, B, ...) and a ratio is the median of the ratios of
+neighbouring pairs, so that load from other processes falls on both sides alike. On the CPU
+the steps run on one intra-op thread: on a small shared machine a second thread's
+synchronisation can make small operations 20× slower at random, which swamps the ratio of
+work the targets are about (the thread count used is in the result). Peak memory is measured in a fresh subprocess per mode,
+so that neither mode inherits the other's allocations: on CUDA, ``max_memory_allocated``
+during the steps minus what was allocated before them; on the CPU, where torch's
+allocations are invisible to ``tracemalloc``, the process's peak resident set during the
+steps (``VmHWM`` in ``/proc/self/status``, reset through ``/proc/self/clear_refs`` just
+before them) minus its resident set before them — the high-water mark of the memory the
+steps added (activations kept for backward, gradients, momentum). (Not ``ru_maxrss``: on
+Linux a child process inherits its parent's peak through fork and exec.)
+
+    python benchmarks/bench_learners.py            # prints the JSON result, on the CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from routing_rl.agents.registry import make_learner
+from routing_rl.config import make_config
+from routing_rl.data import Split
+
+BATCH_SIZE = 128
+CLASSES = 10
+MEMORY_STEPS = 3
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _batch(device: torch.device, seed: int = 0) -> Split:
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.rand(BATCH_SIZE, 3, 32, 32, generator=generator)
+    labels = torch.randint(0, CLASSES, (BATCH_SIZE,), generator=generator)
+    return Split(images, labels, torch.zeros(BATCH_SIZE, dtype=torch.long)).to(device)
+
+
+def _learner(device: torch.device, **overrides):
+    return make_learner(make_config("paper", **overrides), CLASSES, device)
+
+
+def _alternating_step_seconds(learners: dict, device: torch.device, repeats: int, warmup: int = 2) -> dict[str, list[float]]:
+    """Seconds of ``repeats`` ``train_step`` s of each learner, measured in turns."""
+    batch = _batch(device)
+    times: dict[str, list[float]] = {name: [] for name in learners}
+    for iteration in range(warmup + repeats):
+        for name, learner in learners.items():
+            _sync(device)
+            start = time.perf_counter()
+            learner.train_step(batch, iteration)
+            _sync(device)
+            if iteration >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def _ratio(times: dict[str, list[float]], numerator: str, denominator: str) -> float:
+    return statistics.median(a / b for a, b in zip(times[numerator], times[denominator]))
+
+
+CRITIC_MODES = {
+    "full": dict(agent="critic", arch="tree", execution="full"),
+    "sampled": dict(agent="critic", arch="tree", execution="sampled"),
+}
+
+
+def memory_probe(mode: str, device: torch.device) -> dict:
+    """Peak memory added by :data:`MEMORY_STEPS` critic steps in ``mode`` (run in a fresh process)."""
+    learner = _learner(device, **CRITIC_MODES[mode])
+    batch = _batch(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        for iteration in range(MEMORY_STEPS):
+            learner.train_step(batch, iteration)
+        torch.cuda.synchronize(device)
+        return {"peak_bytes": torch.cuda.max_memory_allocated(device) - before, "method": "cuda max_memory_allocated"}
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")  # resets VmHWM to the current resident set
+    before = _status_bytes("VmRSS")
+    for iteration in range(MEMORY_STEPS):
+        learner.train_step(batch, iteration)
+    return {"peak_bytes": _status_bytes("VmHWM") - before, "method": "VmHWM during the steps - VmRSS before"}
+
+
+def _status_bytes(field: str) -> int:
+    """A memory line of ``/proc/self/status`` (given in kB), in bytes."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {field} line; peak CPU memory is measured on Linux only")
+
+
+def _probe_in_subprocess(mode: str, device: torch.device) -> dict:
+    command = [sys.executable, str(Path(__file__).resolve()), "--memory-probe", mode, "--device", str(device)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        chain = _alternating_step_seconds(
+            {"static-8": _learner(device, agent="static", arch="static-8"), "actor": _learner(device, agent="actor", arch="chain")},
+            device, repeats,
+        )
+        tree = _alternating_step_seconds({mode: _learner(device, **o) for mode, o in CRITIC_MODES.items()}, device, tree_repeats)
+        step_threads = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(threads)
+    memory = {mode: _probe_in_subprocess(mode, device) for mode in CRITIC_MODES}
+    return {
+        "device": str(device),
+        "batch_size": BATCH_SIZE,
+        "step_threads": step_threads if device.type == "cpu" else None,
+        "static8_step_seconds": statistics.median(chain["static-8"]),
+        "actor_chain_step_seconds": statistics.median(chain["actor"]),
+        "actor_step_ratio": _ratio(chain, "actor", "static-8"),
+        "critic_tree_full_step_seconds": statistics.median(tree["full"]),
+        "critic_tree_sampled_step_seconds": statistics.median(tree["sampled"]),
+        "sampled_vs_full_step_ratio": _ratio(tree, "sampled", "full"),
+        "critic_tree_full_peak_bytes": memory["full"]["peak_bytes"],
+        "critic_tree_sampled_peak_bytes": memory["sampled"]["peak_bytes"],
+        "sampled_vs_full_peak_memory_ratio": memory["sampled"]["peak_bytes"] / memory["full"]["peak_bytes"],
+        "peak_memory_method": memory["full"]["method"],
+        "targets": "actor_step_ratio <= 1.3; sampled_vs_full_step_ratio < 1; sampled_vs_full_peak_memory_ratio < 1",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--memory-probe", choices=sorted(CRITIC_MODES), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    result = memory_probe(args.memory_probe, device) if args.memory_probe else run(device)
+    print(json.dumps(result, indent=None if args.memory_probe else 1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+"""Train a routed network with any learner on any routing env.
+
+    python experiments/train_agent.py                                   # actor chain, hybrid data, quick preset
+    python experiments/train_agent.py --agent=critic --policy=eps-greedy
+    python experiments/train_agent.py --agent=static --arch=static-3 --preset=cpu-small
+    python experiments/train_agent.py --resume runs/actor-chain-20261126-101500
+
+Watch it with ``tensorboard --logdir runs``. See ``--help`` for every flag.
+"""
+
+import sys
+
+from routing_rl.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(prog="train_agent.py"))

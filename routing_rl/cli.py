@@ -1,0 +1,160 @@
+"""The command line of ``experiments/train_agent.py``: flags → TrainConfig → a run.
+
+Every :class:`~routing_rl.config.TrainConfig` field is a flag (``k_cpt`` → ``--k-cpt``);
+flags left out take the preset's value, then the dataclass default. A user mistake ends
+with one line naming the problem and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from routing_rl.config import (
+    AGENTS,
+    DEFAULT_PRESET,
+    EXECUTIONS,
+    POLICIES,
+    PRESET_VALUES,
+    PRESETS,
+    TrainConfig,
+    make_config,
+)
+from routing_rl.data import DataNotFoundError
+
+HELP = {
+    "agent": "learner: " + ", ".join(AGENTS),
+    "policy": "training routing policy: " + ", ".join(POLICIES) + " (default: the agent's own)",
+    "env": "registered routing env id; sets the dataset unless --dataset is given",
+    "dataset": "dataset name (mnist, cifar10, cifar2, cifar5, hybrid); default: the env's",
+    "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent",
+    "width": "channel multiplier of every column",
+    "k_cpt": "cost per MAC, e.g. 4e-9, or 'dynamic' (sampled per example, routers read it)",
+    "preset": "schedule preset: " + ", ".join(PRESETS),
+    "iterations": "training iterations (environment steps for dqn, ppo, a2c)",
+    "batch_size": "examples per training iteration",
+    "lr": "initial SGD learning rate",
+    "lr_half_life": "iterations for the learning rate to halve",
+    "momentum": "SGD momentum",
+    "tau": "initial softmax temperature of the training routing policy (default: 1.0 actor, 0.1 critics)",
+    "tau_half_life": "iterations for tau to halve",
+    "epsilon": "initial exploration rate of the eps-greedy policy",
+    "epsilon_half_life": "iterations for epsilon to halve",
+    "k_dec": "cost of decisiveness (actor): k_dec * |s_j|^2 per junction",
+    "k_ure": "utility regression error weight (critics)",
+    "k_l2": "L2 weight of the activated layers' weights",
+    "talr": "throughput-adjusted learning rates (Section 4.5)",
+    "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, sampled for eps-greedy/greedy)",
+    "error_cost": "c_err: cross_entropy or zero_one",
+    "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant)",
+    "probability_floor": "smallest routing probability of any sink during training",
+    "validation_fraction": "share of the training split held out for validation",
+    "eval_every": "iterations between validation evaluations",
+    "eval_examples": "cap on validation and test examples (default: all)",
+    "train_examples": "cap on training examples (default: all)",
+    "checkpoint_every": "iterations between checkpoints",
+    "seed": "random seed",
+    "device": "torch device: auto, cpu, cuda, cuda:N",
+    "data_dir": "folder with your data copies (default: $ROUTING_RL_DATA_DIR, then download)",
+    "download": "try torchvision's downloaders when the data is not found locally",
+    "logdir": "folder that holds run directories",
+    "run_name": "run directory name (default: agent-arch-timestamp)",
+}
+HIDDEN = {"extra"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description="Train a routed network with any learner on any routing env.")
+    defaults = TrainConfig()
+    for field in dataclasses.fields(TrainConfig):
+        if field.name in HIDDEN:
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        default = getattr(defaults, field.name)
+        kind = type(default) if default is not None else str
+        if field.name == "k_cpt":
+            converter = str
+        elif kind is bool:
+            converter = _bool
+        elif kind is int or field.name in ("eval_examples", "train_examples"):
+            converter = _positive_int
+        elif kind is float or field.name == "tau":
+            converter = _number
+        else:
+            converter = str
+        in_presets = any(field.name in values for values in PRESET_VALUES.values())
+        shown = "set by --preset" if in_presets else default
+        text = HELP[field.name] if "default:" in HELP[field.name] else f"{HELP[field.name]} (default: {shown})"
+        parser.add_argument(flag, type=converter, default=None, metavar=field.name.upper(), help=text)
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory of the same name")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in HIDDEN}
+    preset = values.pop("preset") or DEFAULT_PRESET
+    k_cpt = values.get("k_cpt")
+    if k_cpt is not None and k_cpt != "dynamic":
+        try:
+            values["k_cpt"] = float(k_cpt)
+        except ValueError:
+            raise ValueError(f"--k-cpt must be a number >= 0 or 'dynamic', got {k_cpt!r}") from None
+    return make_config(preset, **values)
+
+
+def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    from routing_rl.runs import RunError, train
+
+    try:
+        config = None if args.resume else config_from_args(args)
+    except ValueError as error:
+        parser.exit(2, f"{prog}: error: {error}\n")
+    if args.print_config and config is not None:
+        print(config.to_json())
+        return 0
+    try:
+        metrics = train(resume=args.resume) if args.resume else train(config, overwrite=args.overwrite)
+    except (RunError, DataNotFoundError) as error:
+        parser.exit(2, f"{prog}: error: {error}\n")
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted; the last checkpoint is saved, continue with --resume", file=sys.stderr)
+        return 130
+    summary = {k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}
+    print(json.dumps(summary, indent=2))
+    return 0

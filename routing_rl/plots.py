@@ -1,0 +1,179 @@
+"""The paper's figures, drawn from evaluations and run directories.
+
+* :func:`accuracy_macs_figure` — test accuracy against mean MACs per example (Fig. 5).
+* :func:`node_link_figure` — one row per net: a circle at each node whose area is the
+  fraction of examples classified there, coloured by accuracy (left) and by the mix of
+  sources or classes classified there (right) (Figs. 6, 7).
+* :func:`routing_heatmap_figure` — fraction of validation examples at each leaf over the
+  course of training (Fig. 8).
+
+Inputs are the JSON-ready dicts of :func:`routing_rl.evaluate.evaluate` and
+:func:`routing_rl.describe.summary`, so figures can be redrawn from saved runs alone.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+CIRCLE_AREA = 900.0  # points² for a node that classifies every example
+
+
+def write_csv(path: Path, rows: Sequence[dict]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with path.open("w", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def accuracy_macs_figure(points: Sequence[dict], title: str = "") -> Figure:
+    """Accuracy (%) against mean MACs per example.
+
+    points: dicts with ``series`` (the legend entry), ``accuracy`` (0..1) and ``mean_macs``;
+    points of one series are joined by a line in order of MACs when there are several.
+    """
+    figure, ax = plt.subplots(figsize=(7, 4.5))
+    series: dict[str, list[dict]] = {}
+    for point in points:
+        series.setdefault(point["series"], []).append(point)
+    for name, members in series.items():
+        members = sorted(members, key=lambda p: p["mean_macs"])
+        macs = [p["mean_macs"] for p in members]
+        accuracy = [100 * p["accuracy"] for p in members]
+        style = "-o" if len(members) > 1 else "o"
+        ax.plot(macs, accuracy, style, label=name, markersize=5)
+    ax.set_xlabel("mean MACs per example")
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    figure.tight_layout()
+    return figure
+
+
+def layout(structure: dict) -> dict[str, tuple[float, float]]:
+    """(x, y) of every node: x is the depth in non-leaf nodes, y spreads branches apart
+    (each node centred over its children); a leaf sits on its parent's position."""
+    nodes = {n["name"]: n for n in structure["nodes"]}
+    root = next(n["name"] for n in structure["nodes"] if n["parent"] is None)
+    positions: dict[str, tuple[float, float]] = {}
+    next_row = [0.0]
+
+    def place(name: str, depth: int) -> float:
+        inner = [s for s in nodes[name]["sinks"] if nodes[s]["sinks"]]
+        if inner:
+            ys = [place(child, depth + 1) for child in inner]
+            y = sum(ys) / len(ys)
+        else:
+            y = next_row[0]
+            next_row[0] += 1.0
+        positions[name] = (float(depth), y)
+        for sink in nodes[name]["sinks"]:
+            if not nodes[sink]["sinks"]:
+                positions[sink] = (float(depth), y)
+        return y
+
+    if nodes[root]["sinks"]:
+        place(root, 0)
+    else:
+        positions[root] = (0.0, 0.0)
+    return positions
+
+
+def _mix(leaf: dict, by_source: bool) -> float:
+    """What a leaf classifies, as a number in [0, 1] for a colour map: the CIFAR share of its
+    examples when the data mixes sources, else their mean class index over the class count."""
+    if not leaf["count"]:
+        return 0.5
+    if by_source:
+        return leaf["by_source"].get("cifar", 0) / leaf["count"]
+    counts = list(leaf["by_class"].values())
+    return sum(i * c for i, c in enumerate(counts)) / leaf["count"] / max(len(counts) - 1, 1)
+
+
+def _mixes_sources(evaluation: dict) -> bool:
+    totals: dict[str, int] = {}
+    for leaf in evaluation["leaves"].values():
+        for source, count in leaf["by_source"].items():
+            totals[source] = totals.get(source, 0) + count
+    return sum(1 for count in totals.values() if count) > 1
+
+
+def node_link_figure(rows: Sequence[tuple[str, dict, dict]]) -> Figure:
+    """One row per net: ``(label, structure, evaluation)``.
+
+    Left panel: circle area = fraction of examples classified at that node, colour = its
+    accuracy. Right panel: the same circles coloured by the CIFAR share of the examples there
+    (hybrid data), or by their mean class index otherwise.
+    """
+    heights = []
+    for _, structure, _ in rows:
+        ys = [y for _, y in layout(structure).values()]
+        heights.append(max(ys) - min(ys) + 1)
+    figure, axes = plt.subplots(len(rows), 2, figsize=(11, 0.9 + sum(0.45 * h + 0.5 for h in heights)),
+                                squeeze=False, gridspec_kw={"height_ratios": heights})
+    scatters = [None, None]
+    for (label, structure, evaluation), (ax_accuracy, ax_mix) in zip(rows, axes):
+        positions = layout(structure)
+        by_source = _mixes_sources(evaluation)
+        for ax, colour_of, cmap in (
+            (ax_accuracy, lambda leaf: leaf["accuracy"] if leaf["accuracy"] is not None else 0.0, "viridis"),
+            (ax_mix, lambda leaf: _mix(leaf, by_source), "coolwarm"),
+        ):
+            for node in structure["nodes"]:
+                if node["parent"] is not None and node["sinks"]:
+                    (x0, y0), (x1, y1) = positions[node["parent"]], positions[node["name"]]
+                    ax.plot([x0, x1], [y0, y1], color="0.75", lw=1, zorder=1)
+            inner = [n["name"] for n in structure["nodes"] if n["sinks"]]
+            ax.scatter([positions[n][0] for n in inner], [positions[n][1] for n in inner], s=8, color="0.5", zorder=2)
+            leaves = [(name, leaf) for name, leaf in evaluation["leaves"].items() if leaf["count"]]
+            scatters[ax is ax_mix] = ax.scatter(
+                [positions[name][0] for name, _ in leaves],
+                [positions[name][1] for name, _ in leaves],
+                s=[CIRCLE_AREA * leaf["fraction"] for _, leaf in leaves],
+                c=[colour_of(leaf) for _, leaf in leaves],
+                cmap=cmap, vmin=0.0, vmax=1.0, edgecolors="k", linewidths=0.5, zorder=3,
+            )
+            ax.set_yticks([])
+            depth = int(max(x for x, _ in positions.values())) + 1
+            ax.set_xticks(range(depth), [str(column + 1) for column in range(depth)])
+            ax.margins(0.08, 0.3)
+            ax.invert_yaxis()
+            for side in ("top", "right", "left"):
+                ax.spines[side].set_visible(False)
+        ax_accuracy.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
+    axes[0, 0].set_title("accuracy at each exit (area: share of examples)", fontsize=9)
+    axes[0, 1].set_title("what exits there (blue: MNIST digits / low class, red: CIFAR / high class)", fontsize=9)
+    axes[-1, 0].set_xlabel("column")
+    axes[-1, 1].set_xlabel("column")
+    for column, scatter in enumerate(scatters):
+        figure.colorbar(scatter, ax=axes[:, column].tolist(), fraction=0.02, pad=0.01)
+    return figure
+
+
+def routing_heatmap_figure(rows: Sequence[tuple[str, list[str], list[int], list[list[float]]]]) -> Figure:
+    """One panel per net: ``(label, leaf names, iterations, fractions[eval][leaf])``, the
+    fraction of validation examples classified at each leaf (rows) over training (columns)."""
+    figure, axes = plt.subplots(len(rows), 1, figsize=(9, 0.8 + sum(0.25 * len(r[1]) + 0.6 for r in rows)), squeeze=False)
+    for (label, leaves, iterations, fractions), ax in zip(rows, axes[:, 0]):
+        matrix = [[step[i] for step in fractions] for i in range(len(leaves))]
+        image = ax.imshow(matrix, aspect="auto", cmap="magma", vmin=0.0, vmax=1.0, interpolation="nearest")
+        ax.set_yticks(range(len(leaves)), leaves, fontsize=7)
+        ticks = list(range(0, len(iterations), max(1, len(iterations) // 8)))
+        ax.set_xticks(ticks, [str(iterations[t]) for t in ticks], fontsize=7)
+        ax.set_title(label, fontsize=9)
+        figure.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
+    axes[-1, 0].set_xlabel("training iteration")
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,115 @@
+"""Training routing policies: how a junction's scores become probabilities over its sinks.
+
+* ``softmax`` — ``softmax(scores / tau)`` (the paper's policy, Section 4.1);
+* ``eps-greedy`` — the argmax sink with probability ``1 - epsilon``, else a uniform sink;
+* ``greedy`` — the argmax sink.
+
+Every policy's probabilities are then *floored*: mixed with the uniform distribution,
+``(1 - floor) * p + floor / n``, so that no sink — and so no path — ever has exactly zero
+probability (the authors' release mixed in 1e-6). The temperature and epsilon decay by
+continuous halving (:func:`halving`) on the iteration clock.
+
+:func:`sample` turns a policy into a :data:`~routing_rl.execution.Decide` that samples one
+sink per example, for sampled-decision training with :func:`~routing_rl.execution.route`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from routing_rl.execution import Decide, Junction
+
+
+def halving(value: float, iteration: float, half_life: float) -> float:
+    """``value`` halved every ``half_life`` iterations, continuously: ``value · 0.5^(t / h)``."""
+    return value * 0.5 ** (iteration / half_life)
+
+
+def softmax_probabilities(scores: torch.Tensor, tau: float) -> torch.Tensor:
+    """``softmax(scores / tau)`` over the sinks, ``(b, n)``."""
+    return F.softmax(scores / tau, dim=1)
+
+
+def greedy_probabilities(scores: torch.Tensor) -> torch.Tensor:
+    """One-hot on the argmax sink, ``(b, n)`` (no gradient reaches the scores)."""
+    return F.one_hot(scores.argmax(1), scores.shape[1]).to(scores.dtype)
+
+
+def eps_greedy_probabilities(scores: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """The argmax sink with probability ``1 - epsilon``, a uniformly random sink otherwise."""
+    return (1.0 - epsilon) * greedy_probabilities(scores) + epsilon / scores.shape[1]
+
+
+def floored(probabilities: torch.Tensor, floor: float) -> torch.Tensor:
+    """``(1 - floor) · p + floor / n``: every sink keeps at least ``floor / n``."""
+    return (1.0 - floor) * probabilities + floor / probabilities.shape[1]
+
+
+@dataclass(frozen=True)
+class TrainingPolicy:
+    """A training routing policy with its decay schedule.
+
+    Args:
+        name: ``softmax``, ``eps-greedy`` or ``greedy``.
+        start: tau (softmax) or epsilon (eps-greedy) at iteration 0; ignored by greedy.
+        half_life: iterations over which ``start`` halves.
+        floor: the probability mass spread uniformly over the sinks, in (0, 1).
+    """
+
+    name: str
+    start: float = 1.0
+    half_life: float = 10_000
+    floor: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.name not in ("softmax", "eps-greedy", "greedy"):
+            raise ValueError(f"unknown routing policy {self.name!r}; choose softmax, eps-greedy or greedy")
+        if not 0.0 < self.floor < 1.0:
+            raise ValueError(f"the probability floor must be in (0, 1) so that no path has zero probability, got {self.floor!r}")
+        if self.name == "softmax" and not self.start > 0:
+            raise ValueError(f"the softmax temperature tau must be > 0, got {self.start!r}")
+        if not self.half_life > 0:
+            raise ValueError(f"half_life must be > 0, got {self.half_life!r}")
+
+    def value(self, iteration: float) -> float:
+        """tau or epsilon at ``iteration`` (0 for greedy)."""
+        return 0.0 if self.name == "greedy" else halving(self.start, iteration, self.half_life)
+
+    def probabilities(self, scores: torch.Tensor, iteration: float) -> torch.Tensor:
+        """Floored training probabilities ``(b, n)`` from scores ``(b, n)``.
+
+        Differentiable in the scores for softmax (the actor's gradients flow through them);
+        callers that treat the policy as constant pass detached scores.
+        """
+        if self.name == "softmax":
+            p = softmax_probabilities(scores, self.value(iteration))
+        elif self.name == "eps-greedy":
+            p = eps_greedy_probabilities(scores, self.value(iteration))
+        else:
+            p = greedy_probabilities(scores)
+        return floored(p, self.floor)
+
+    def charts(self, iteration: float) -> dict[str, float]:
+        """The schedule's TensorBoard scalar: ``charts/tau`` or ``charts/epsilon`` (none for greedy)."""
+        if self.name == "softmax":
+            return {"charts/tau": self.value(iteration)}
+        if self.name == "eps-greedy":
+            return {"charts/epsilon": self.value(iteration)}
+        return {}
+
+
+def sample(policy: TrainingPolicy, iteration: float, generator: torch.Generator | None = None) -> Decide:
+    """A ``decide`` that samples each example's sink from ``policy``'s probabilities.
+
+    ``generator`` (on the scores' device) makes the draws reproducible. Sampling never
+    carries gradient: the sampled path is a constant of the loss.
+    """
+
+    def decide(junction: Junction) -> torch.Tensor:
+        p = policy.probabilities(junction.scores.detach(), iteration)
+        return torch.multinomial(p, 1, generator=generator).squeeze(1)
+
+    return decide

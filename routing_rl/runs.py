@@ -1,0 +1,189 @@
+"""One training run, start to finish: run directory, data, learner, training, final metrics.
+
+A run directory holds::
+
+    config.json       the TrainConfig, written before training starts
+    checkpoint.pt     written atomically every checkpoint_every iterations, at the end, on Ctrl-C
+    events.out.tfevents.*   TensorBoard
+    metrics.json      the final evaluation on the test split (written last: its presence
+                      means the run is complete)
+
+``train(config)`` starts a run; ``train(resume=RUN_DIR)`` continues one from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+
+from routing_rl.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
+from routing_rl.config import SB3_AGENTS, TrainConfig
+from routing_rl.data import RoutingDataset, Split, load_dataset
+from routing_rl.describe import summary
+from routing_rl.evaluate import evaluate
+from routing_rl.monitor import Monitor
+
+CONFIG_FILE = "config.json"
+CHECKPOINT_FILE = "checkpoint.pt"
+METRICS_FILE = "metrics.json"
+
+
+class RunError(ValueError):
+    """A run cannot start or resume as asked; the message says why and what to do."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA when available, else CPU; anything else must be a usable torch device."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise RunError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RunError(f"device {name!r} asked for, but CUDA is not available here; use --device=cpu or auto")
+    return device
+
+
+def dataset_name(config: TrainConfig) -> str:
+    """The dataset to train on: ``config.dataset``, else the one the env is registered with."""
+    if config.dataset is not None:
+        return config.dataset
+    try:
+        spec = gym.spec(config.env)
+    except gym.error.Error:
+        raise RunError(f"unknown env {config.env!r}; registered routing envs: {', '.join(routing_env_ids())}") from None
+    return spec.kwargs.get("dataset", "hybrid")
+
+
+def routing_env_ids() -> list[str]:
+    return sorted(env_id for env_id in gym.registry if env_id.startswith("routing_rl/"))
+
+
+def run_directory(config: TrainConfig, overwrite: bool = False) -> Path:
+    """A new run directory under ``config.logdir``; an existing one is never reused silently."""
+    name = config.run_name or f"{config.agent}-{config.arch}-{datetime.now():%Y%m%d-%H%M%S}"
+    path = Path(config.logdir) / name
+    if path.exists() and any(path.iterdir()):
+        if not overwrite:
+            raise RunError(f"run directory {path} already exists; pass --resume {path} to continue it, --overwrite to replace it, or another --run-name")
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def read_run(run_dir: Path) -> TrainConfig:
+    """The config of an existing run directory, with a clear error if it is not one."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise RunError(f"{run_dir} is not a run directory (no {CONFIG_FILE}); give the folder a run was written to")
+    return TrainConfig.from_json(path.read_text())
+
+
+def limit(split: Split, examples: int | None) -> Split:
+    """The first ``examples`` of a split (all of it for None); splits are already shuffled by class."""
+    return split if examples is None or examples >= len(split) else split.subset(torch.arange(examples))
+
+
+def prepare_data(config: TrainConfig) -> tuple[RoutingDataset, Split, Split, Split]:
+    """(dataset, train part, validation part, test) as the config asks."""
+    dataset = load_dataset(dataset_name(config), data_dir=config.data_dir, download=config.download)
+    train_part, validation = dataset.validation_split(config.validation_fraction, config.seed)
+    if not len(validation) or not len(train_part):
+        raise RunError(
+            f"a validation fraction of {config.validation_fraction} leaves {len(train_part)} training and "
+            f"{len(validation)} validation examples of {dataset.name}; change --validation-fraction"
+        )
+    generator = torch.Generator().manual_seed(config.seed)
+    validation = validation.subset(torch.randperm(len(validation), generator=generator))
+    test = dataset.test.subset(torch.randperm(len(dataset.test), generator=generator))
+    return dataset, limit(train_part, config.train_examples), limit(validation, config.eval_examples), limit(test, config.eval_examples)
+
+
+def train(config: TrainConfig | None = None, resume: Path | None = None, overwrite: bool = False) -> dict:
+    """Run training to the end and return the final metrics (also written to metrics.json)."""
+    if resume is not None:
+        run_dir = Path(resume)
+        config = read_run(run_dir)
+        if not (run_dir / CHECKPOINT_FILE).is_file():
+            raise RunError(f"{run_dir} has no {CHECKPOINT_FILE} to resume from; start it again without --resume")
+    else:
+        if config is None:
+            raise RunError("give a config to start a run, or a run directory to resume")
+        config.validate()
+        run_dir = run_directory(config, overwrite)
+        config.save(run_dir / CONFIG_FILE)
+    device = resolve_device(config.device)
+    torch.manual_seed(config.seed)
+    try:
+        dataset, train_part, validation, test = prepare_data(config)
+    except ValueError as error:  # unknown dataset names and the like: the user's to fix
+        raise RunError(str(error)) from None
+    if config.agent in SB3_AGENTS:
+        from routing_rl.agents.sb3 import train_sb3
+
+        started = time.perf_counter()
+        result = train_sb3(config, dataset, run_dir, device, resume=resume is not None)
+        net, evaluations = result.net, result.evaluations(test)
+        history, wall = result.history, time.perf_counter() - started
+    else:
+        net, evaluations, history, wall = _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume)
+    metrics = {
+        "run": str(run_dir),
+        "agent": config.agent,
+        "arch": config.arch,
+        "k_cpt": config.k_cpt,
+        "test_accuracy": evaluations[0]["accuracy"],
+        "test_mean_macs": evaluations[0]["mean_macs"],
+        "test": evaluations,
+        "train_seconds": wall,
+        "dataset": dataset.description,
+        "structure": summary(net),
+        "history": history,
+        "config": json.loads(config.to_json()),
+    }
+    atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2))
+    return metrics
+
+
+def _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume):
+    from routing_rl.agents.registry import make_learner
+    from routing_rl.plots import node_link_figure
+    from routing_rl.trainer import fit
+
+    learner = make_learner(config, len(dataset.classes), device)
+    checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device) if resume else None
+    start = checkpoint["training_state"]["iteration"] if checkpoint else 0
+    monitor = Monitor(run_dir, total=config.iterations, initial=start, description=f"{config.agent} {config.arch}")
+    structure = summary(learner.net)
+
+    def draw(entry: dict) -> None:
+        figure = node_link_figure([(f"iteration {entry['iteration']}", structure, entry["evaluations"][0])])
+        monitor.figure("figures/node_link", figure, entry["iteration"])
+
+    try:
+        state = fit(
+            learner,
+            train_part,
+            validation,
+            config,
+            monitor,
+            save=lambda ckpt: save_checkpoint(run_dir / CHECKPOINT_FILE, ckpt),
+            resume=checkpoint,
+            after_validation=draw,
+        )
+        evaluations = []
+        for fields, k_cpt, decide in learner.evaluation_points(validation):
+            evaluations.append({**fields, **evaluate(learner.net, test, k_cpt, decide, classes=dataset.classes)})
+        final = {"test_accuracy": evaluations[0]["accuracy"], "test_mean_macs": evaluations[0]["mean_macs"]}
+        hparams = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("extra", "logdir", "data_dir")}
+        monitor.hparams(hparams, final)
+    finally:
+        monitor.close()
+    return learner.net, evaluations, state.history, state.train_seconds

@@ -1,0 +1,159 @@
+"""The training loop for gradient-trained learners (static, actor, critics, threshold).
+
+Each iteration draws a batch (shuffled epochs, seeded), augments it on its device, and hands
+it to :meth:`Learner.train_step`. Every ``eval_every`` iterations the validation split is
+routed through the shared evaluator; every ``checkpoint_every`` iterations (and at the end,
+and on Ctrl-C) the learner, the iteration and the sampler's state are saved atomically, so
+a resumed run continues exactly where the checkpoint left it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from routing_rl.agents.base import Learner
+from routing_rl.config import TrainConfig
+from routing_rl.data import Split, augment
+from routing_rl.evaluate import evaluate
+from routing_rl.monitor import Monitor, evaluation_scalars
+
+LOG_EVERY = 10
+"""Iterations between TensorBoard scalar writes: often enough for smooth curves, rarely
+enough that logging stays off the profile."""
+
+
+class BatchSampler:
+    """Shuffled epochs over ``n`` examples, drawn ``batch_size`` at a time, resumable."""
+
+    def __init__(self, n: int, batch_size: int, seed: int):
+        if n < 1:
+            raise ValueError("the training split is empty")
+        self.n, self.batch_size = n, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.order = torch.randperm(n, generator=self.generator)
+        self.position = 0
+
+    def next(self) -> torch.Tensor:
+        picked = []
+        needed = self.batch_size
+        while needed:
+            if self.position == self.n:
+                self.order = torch.randperm(self.n, generator=self.generator)
+                self.position = 0
+            take = min(needed, self.n - self.position)
+            picked.append(self.order[self.position : self.position + take])
+            self.position += take
+            needed -= take
+        return torch.cat(picked)
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state(), "order": self.order, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+        self.order, self.position = state["order"], state["position"]
+
+
+@dataclass
+class TrainingState:
+    """What the loop carries between iterations and across a resume."""
+
+    iteration: int = 0
+    history: list[dict] = field(default_factory=list)  # one entry per validation evaluation
+    train_seconds: float = 0.0
+
+
+def validate(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None) -> dict:
+    """Evaluate on the validation split at every k_cpt the learner is judged at."""
+    entry = {"iteration": iteration, "evaluations": []}
+    for k_cpt in learner.eval_k_cpts():
+        result = evaluate(learner.net, validation, k_cpt, learner.decide(k_cpt))
+        entry["evaluations"].append(result)
+        if monitor is not None:
+            suffix = "" if len(learner.eval_k_cpts()) == 1 else f"_k{k_cpt:g}"
+            monitor.scalars(evaluation_scalars(result, "val" + suffix), iteration)
+    return entry
+
+
+def fit(
+    learner: Learner,
+    train: Split,
+    validation: Split,
+    config: TrainConfig,
+    monitor: Monitor | None = None,
+    save: Callable[[dict], None] | None = None,
+    resume: dict | None = None,
+    after_validation: Callable[[dict], None] | None = None,
+) -> TrainingState:
+    """Train ``learner`` for ``config.iterations`` iterations.
+
+    Args:
+        train / validation: splits on any device; batches move to the learner's device.
+        monitor: where scalars, histograms and the progress bar go (None: nowhere).
+        save: called with a checkpoint dict at every checkpoint; the caller writes it.
+        resume: a checkpoint dict from an earlier ``save``; training continues from it.
+        after_validation: called with each history entry (figures, for example).
+    """
+    device = learner.device
+    train = train.to(device)
+    sampler = BatchSampler(len(train), config.batch_size, config.seed)
+    augment_generator = torch.Generator(device=device).manual_seed(config.seed + 1)
+    state = TrainingState()
+    if resume is not None:
+        learner.load_state_dict(resume["learner"])
+        sampler.load_state_dict(resume["sampler"])
+        augment_generator.set_state(resume["augment_generator"])
+        state = TrainingState(**resume["training_state"])
+
+    def checkpoint() -> None:
+        if save is not None:
+            save(
+                {
+                    "learner": learner.state_dict(),
+                    "sampler": sampler.state_dict(),
+                    "augment_generator": augment_generator.get_state(),
+                    "training_state": vars(state),
+                }
+            )
+
+    learner.net.train()
+    started = time.perf_counter() - state.train_seconds
+    window_start, window_examples = time.perf_counter(), 0
+    try:
+        while state.iteration < config.iterations:
+            index = sampler.next().to(device)
+            images = augment(train.images[index], train.source[index], augment_generator)
+            batch = Split(images, train.labels[index], train.source[index])
+            stats = learner.train_step(batch, state.iteration)
+            state.iteration += 1
+            window_examples += len(index)
+            if monitor is not None and (state.iteration % LOG_EVERY == 0 or state.iteration == config.iterations):
+                now = time.perf_counter()
+                stats["charts/examples_per_second"] = window_examples / max(now - window_start, 1e-9)
+                window_start, window_examples = now, 0
+                monitor.scalars(stats, state.iteration)
+            if monitor is not None:
+                shown = {k.split("/")[-1]: v for k, v in stats.items() if k in SHOWN_IN_PROGRESS}
+                monitor.progress(1, **shown)
+            if state.iteration % config.eval_every == 0 or state.iteration == config.iterations:
+                entry = validate(learner, validation, state.iteration, monitor)
+                state.history.append(entry)
+                if after_validation is not None:
+                    after_validation(entry)
+                learner.net.train()
+            state.train_seconds = time.perf_counter() - started
+            if state.iteration % config.checkpoint_every == 0 and state.iteration < config.iterations:
+                checkpoint()
+    except KeyboardInterrupt:
+        state.train_seconds = time.perf_counter() - started
+        checkpoint()
+        raise
+    checkpoint()
+    return state
+
+
+SHOWN_IN_PROGRESS = ("losses/total", "charts/train_accuracy", "charts/train_mean_macs", "charts/examples_per_second")

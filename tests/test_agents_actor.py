@@ -1,0 +1,117 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import vector_tree
+
+from routing_rl.agents.actor import ActorLearner
+from routing_rl.agents.paths import Paths
+from routing_rl.config import make_config
+from routing_rl.costs import K_CPT_VALUES
+from routing_rl.data import Split
+from routing_rl.execution import dynamic
+
+CPU = torch.device("cpu")
+
+
+def random_routers(net, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name in net.junctions:
+            last = net.nodes[name].router.layers[-1]
+            last.weight.copy_(torch.randn(last.weight.shape, generator=generator, dtype=last.weight.dtype))
+    return net
+
+
+def synthetic(n=8, seed=0, dtype=torch.float64):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 6, generator=generator, dtype=dtype)
+    return Split(x, (x[:, 0] > 0).long() + (x[:, 1] > 0).long(), torch.zeros(n, dtype=torch.long))
+
+
+def test_reach_probabilities_are_products_along_paths():
+    net = vector_tree()
+    p = {"root": torch.tensor([[0.2, 0.3, 0.5]]), "fork": torch.tensor([[0.6, 0.4]])}
+    paths = Paths(net)
+    reach = paths.reach(p)[0]
+    expected = {"root": 1, "leafA": 0.2, "mid": 0.3, "leafB": 0.3, "fork": 0.5, "leafC": 0.3, "leafD": 0.2}
+    for name, value in expected.items():
+        assert reach[paths.node_index[name]].item() == pytest.approx(value)
+    assert paths.leaves(reach[None]).sum().item() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("dynamic_k_cpt", [False, True])
+def test_expected_cost_equals_the_sum_over_paths(dynamic_k_cpt):
+    torch.manual_seed(0)
+    net = random_routers(vector_tree(k_cpt_input=dynamic_k_cpt).double())
+    config = make_config("smoke", agent="actor", k_cpt="dynamic" if dynamic_k_cpt else 1e-3, tau=0.7,
+                         probability_floor=0.01)
+    learner = ActorLearner(net, config, CPU)
+    data = synthetic()
+    generator_state = learner.generator.get_state()
+    terms = learner.losses(data, iteration=5)
+    learner.generator.set_state(generator_state)
+    k_cpt = learner.sample_k_cpt(len(data))
+    if dynamic_k_cpt:
+        assert set(k_cpt.tolist()) <= set(K_CPT_VALUES) and len(set(k_cpt.tolist())) > 1
+
+    out = net(data.images, k_cpt)
+    tau = 0.7 * 0.5 ** (5 / config.tau_half_life)
+    probs = {j: 0.99 * F.softmax(s / tau, 1) + 0.01 / s.shape[1] for j, s in out.scores.items()}
+    err = cpt = dec = 0.0
+    for leaf in net.leaves:
+        p = torch.ones(len(data), dtype=torch.float64)
+        for junction, sink in net.path[leaf]:
+            p = p * probs[junction][:, sink]
+        err = err + p * F.cross_entropy(out.logits[leaf], data.labels, reduction="none")
+        cpt = cpt + p * k_cpt * net.path_macs(leaf)
+    reach_fork = probs["root"][:, 2]
+    dec = (out.scores["root"].square().sum(1) + reach_fork * out.scores["fork"].square().sum(1)) * config.k_dec
+    torch.testing.assert_close(terms["c_err"], err.mean())
+    torch.testing.assert_close(terms["c_cpt"], cpt.mean())
+    torch.testing.assert_close(terms["c_dec"], dec.mean())
+
+
+def test_c_mod_weights_each_node_by_its_mean_reach_probability():
+    net = random_routers(vector_tree().double())
+    learner = ActorLearner(net, make_config("smoke", agent="actor"), CPU)
+    terms = learner.losses(synthetic(), 0)
+    usage = terms["reach"].detach().mean(0)
+    expected = 0.0
+    for k, name in enumerate(net.order):
+        node = net.nodes[name]
+        weights = [node.transform.weight if isinstance(node.transform, torch.nn.Linear) else node.transform[0].weight]
+        if node.router is not None:
+            weights += [layer.weight for layer in node.router.layers if isinstance(layer, torch.nn.Linear)]
+        expected = expected + usage[k] * sum(w.square().sum() for w in weights)
+    torch.testing.assert_close(terms["c_mod"], 1e-4 * expected)
+
+
+def test_gradients_reach_the_routers_through_the_probabilities():
+    net = vector_tree().double()
+    learner = ActorLearner(net, make_config("smoke", agent="actor", k_dec=0.0, k_l2=0.0), CPU)
+    learner.train_step(synthetic(), 0)
+    for name in net.junctions:
+        assert net.nodes[name].router.layers[-1].weight.abs().sum() > 0
+
+
+def test_actor_learns_to_take_the_cheap_exit_when_computation_is_expensive():
+    torch.manual_seed(0)
+    net = vector_tree()
+    config = make_config("smoke", agent="actor", k_cpt=5e-3, lr=0.05, lr_half_life=1000, tau_half_life=1000)
+    learner = ActorLearner(net, config, CPU)
+    data = synthetic(64, dtype=torch.float32)
+    first = learner.train_step(data, 0)
+    for i in range(1, 150):
+        last = learner.train_step(data, i)
+    assert last["losses/total"] < first["losses/total"]
+    assert set(last) >= {"losses/c_err", "losses/c_cpt", "losses/c_mod", "losses/c_dec", "losses/total",
+                         "charts/lr", "charts/tau", "charts/train_accuracy", "charts/train_mean_macs"}
+    leaves = dynamic(net.eval(), data.images).leaf
+    assert (leaves == net.leaf_index["leafA"]).float().mean() > 0.9, "the 504-MAC exit costs least"
+
+
+def test_actor_rejects_other_policies_and_nets_without_junctions():
+    from routing_rl.nets.multiscale import static
+
+    with pytest.raises(ValueError, match="junctions"):
+        ActorLearner(static(1), make_config("smoke", agent="actor"), CPU)

@@ -1,0 +1,163 @@
+import pytest
+import torch
+from helpers import vector_tree
+from torch import nn
+
+from routing_rl.agents.critic import CriticLearner, full_targets, sampled_targets
+from routing_rl.config import make_config
+from routing_rl.data import Split
+from routing_rl.execution import argmax_decide, dynamic, route
+from routing_rl.graph import FullOutput, Node, RoutedNet
+from routing_rl.nets.multiscale import chain
+from routing_rl.nets.router import Router
+
+CPU = torch.device("cpu")
+
+
+def three_leaf_tree() -> RoutedNet:
+    """root -> (leaf0, fork); fork -> (leaf1, leaf2)."""
+    nodes = {
+        "root": Node(nn.Linear(2, 2), ["leaf0", "fork"], Router(2, 2)),
+        "leaf0": Node(nn.Linear(2, 3)),
+        "fork": Node(nn.Linear(2, 2), ["leaf1", "leaf2"], Router(2, 2)),
+        "leaf1": Node(nn.Linear(2, 3)),
+        "leaf2": Node(nn.Linear(2, 3)),
+    }
+    return RoutedNet(nodes, root="root", input_shape=(2,), classes=3)
+
+
+ERRORS = torch.tensor([[0.5, 0.2, 0.9], [0.5, 0.2, 0.9]])  # leaf0, leaf1, leaf2
+FORK_SCORES = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # example 0 prefers leaf1, example 1 leaf2
+
+
+def full_output():
+    return FullOutput(scores={"root": torch.zeros(2, 2), "fork": FORK_SCORES}, descriptors={}, logits={})
+
+
+@pytest.mark.parametrize("optimistic", [False, True])
+def test_full_targets_without_computation_cost(optimistic):
+    net = three_leaf_tree()
+    u = full_targets(net, full_output(), ERRORS, torch.zeros(2), optimistic)
+    torch.testing.assert_close(u["fork"], torch.tensor([[-0.2, -0.9], [-0.2, -0.9]]))
+    # pragmatic: below fork, example 1 would follow its argmax to leaf2 (0.9); optimistic: the best, leaf1
+    expected_root = [[-0.5, -0.2], [-0.5, -0.2 if optimistic else -0.9]]
+    torch.testing.assert_close(u["root"], torch.tensor(expected_root))
+
+
+def test_full_targets_count_the_subtree_computation():
+    net = three_leaf_tree()
+    k = torch.tensor([1e-2, 2e-2])
+    m = {name: net.macs[name] + net.router_macs[name] for name in net.order}
+    u = full_targets(net, full_output(), ERRORS, k, optimistic=False)
+    for i in range(2):
+        leaf1, leaf2 = 0.2 + k[i] * m["leaf1"], 0.9 + k[i] * m["leaf2"]
+        assert u["fork"][i].tolist() == pytest.approx([-leaf1, -leaf2])
+        below_fork = k[i] * m["fork"] + (leaf1 if i == 0 else leaf2)
+        assert u["root"][i].tolist() == pytest.approx([-(0.5 + k[i] * m["leaf0"]), -below_fork])
+
+
+def routed_along(net, x, decisions):
+    return route(net.eval(), x, lambda at: torch.tensor([decisions[at.name][i] for i in at.index.tolist()]))
+
+
+@pytest.mark.parametrize("optimistic", [False, True])
+def test_sampled_targets_bootstrap_where_the_path_leaves_the_argmax(optimistic):
+    net = three_leaf_tree()
+    with torch.no_grad():
+        fork_router = net.nodes["fork"].router.layers[-1]
+        fork_router.bias.copy_(torch.tensor([-0.3, -0.7]))  # fork scores: leaf1 -0.3 (argmax), leaf2 -0.7
+    x = torch.rand(3, 2)
+    # example 0 exits at leaf0; example 1 takes fork -> leaf1 (argmax); example 2 fork -> leaf2
+    routed = routed_along(net, x, {"root": [0, 1, 1], "fork": [None, 0, 1]})
+    errors = torch.tensor([0.5, 0.2, 0.9])
+    u = sampled_targets(net, routed, errors, torch.zeros(3), optimistic)
+    assert routed.visits["fork"].tolist() == [1, 2]
+    torch.testing.assert_close(u["fork"], torch.tensor([-0.2, -0.9]))
+    # example 1: observed 0.2 below fork; example 2: pragmatic bootstraps argmax leaf1's
+    # estimate (0.3), optimistic takes min(observed 0.9, estimated 0.3)
+    torch.testing.assert_close(u["root"], torch.tensor([-0.5, -0.2, -0.3]))
+
+
+def test_sampled_targets_equal_the_exact_ones_on_argmax_paths():
+    torch.manual_seed(0)
+    net = vector_tree().eval()
+    with torch.no_grad():
+        for name in net.junctions:
+            net.nodes[name].router.layers[-1].weight.normal_()
+    x, k = torch.rand(32, 6), torch.full((32,), 1e-4)
+    labels = torch.randint(0, 3, (32,))
+    out = net(x)
+    errors = torch.stack([nn.functional.cross_entropy(out.logits[leaf], labels, reduction="none") for leaf in net.leaves], 1)
+    exact = full_targets(net, out, errors, k, optimistic=False)
+    routed = route(net, x, argmax_decide)
+    sampled = sampled_targets(net, routed, errors.gather(1, routed.leaf[:, None]).squeeze(1), k, optimistic=False)
+    assert len(sampled) == 2
+    for j, u in sampled.items():
+        index = routed.visits[j]
+        torch.testing.assert_close(u, exact[j][index].gather(1, routed.decisions[j][:, None]).squeeze(1))
+
+
+def data(n=16, seed=0, features=6):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=generator)
+    return Split(x, (x[:, 0] > 0).long() + (x[:, 1] > 0).long(), torch.zeros(n, dtype=torch.long))
+
+
+def test_full_critic_routers_learn_only_from_the_regression():
+    net = vector_tree()
+    learner = CriticLearner(net, make_config("smoke", agent="critic", k_ure=0.0, k_l2=0.0), CPU)
+    learner.train_step(data(), 0)
+    for name in net.junctions:
+        assert all(p.grad is None or p.grad.abs().max() == 0 for p in net.nodes[name].router.parameters())
+    learner = CriticLearner(net, make_config("smoke", agent="critic", k_l2=0.0), CPU)
+    learner.train_step(data(), 0)
+    assert net.nodes["root"].router.layers[-1].weight.grad.abs().max() > 0
+
+
+def test_zero_one_utility_uses_classification_error():
+    net = vector_tree()
+    config = make_config("smoke", agent="optimistic-critic", k_cpt=0.0, utility_error="zero_one")
+    learner = CriticLearner(net, config, CPU, optimistic=True)
+    targets = learner.losses(data(), 0)["targets"]
+    assert set(torch.unique(targets["fork"]).tolist()) <= {0.0, -1.0}
+
+
+def test_sampled_mode_computes_only_the_sampled_path():
+    net = chain(classes=3)
+    seen: dict[str, int] = {}
+
+    def count(name):
+        def hook(module, inputs, output):
+            state = output.state[-1] if isinstance(output.state, list) else output.state
+            seen[name] = seen.get(name, 0) + len(state)
+        return hook
+
+    for name in net.order:
+        net.nodes[name].register_forward_hook(count(name))
+    config = make_config("smoke", agent="critic", policy="eps-greedy", epsilon=1.0)
+    assert config.resolved_execution == "sampled"
+    learner = CriticLearner(net, config, CPU)
+    x = torch.rand(8, 3, 32, 32)
+    stats = learner.train_step(Split(x, torch.randint(0, 3, (8,)), torch.zeros(8, dtype=torch.long)), 0)
+    assert seen["col1"] == 8
+    assert sum(seen.get(leaf, 0) for leaf in net.leaves) == 8, "each example reaches exactly one head"
+    assert sum(seen.values()) < 8 * len(net.order) / 2
+    for name in net.order:
+        grads = [p.grad for p in net.nodes[name].parameters() if p.grad is not None]
+        if name not in seen:  # only c_mod reaches it, weighted by the 0 examples through it
+            assert all(g.abs().max() == 0 for g in grads), f"{name} was not sampled, so it gets no gradient"
+    assert stats["charts/epsilon"] == 1.0
+
+
+@pytest.mark.parametrize("policy", ["softmax", "eps-greedy"])
+def test_critic_learns_to_take_the_cheap_exit_when_computation_is_expensive(policy):
+    torch.manual_seed(0)
+    net = vector_tree()
+    config = make_config("smoke", agent="critic", policy=policy, k_cpt=2e-2, lr=0.05, lr_half_life=1000,
+                         tau_half_life=1000, epsilon=0.5, epsilon_half_life=1000, k_ure=0.1)
+    learner = CriticLearner(net, config, CPU)
+    batch = data(64)
+    for i in range(300):
+        learner.train_step(batch, i)
+    leaves = dynamic(net.eval(), batch.images).leaf
+    assert (leaves == net.leaf_index["leafA"]).float().mean() > 0.9, "the 504-MAC exit costs least"

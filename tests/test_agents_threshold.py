@@ -1,0 +1,87 @@
+import math
+
+import pytest
+import torch
+
+from routing_rl.agents.registry import make_learner
+from routing_rl.agents.threshold import exit_stages, geometric_fractions, thresholds_for_fractions
+from routing_rl.config import make_config
+from routing_rl.data import Split
+from routing_rl.evaluate import evaluate
+from routing_rl.execution import route
+
+CONFIDENCE = torch.tensor([
+    [0.9, 0.5, 0.1],
+    [0.8, 0.9, 0.2],
+    [0.3, 0.7, 0.3],
+    [0.2, 0.6, 0.4],
+], dtype=torch.float64)
+
+
+def test_geometric_fractions():
+    fractions = geometric_fractions(2.0, 3)
+    torch.testing.assert_close(fractions, torch.tensor([2, 4, 8], dtype=torch.float64) / 14)
+    assert geometric_fractions(1e-9, 4)[0].item() == pytest.approx(1.0)
+
+
+def test_thresholds_give_each_head_its_fraction():
+    thresholds = thresholds_for_fractions(CONFIDENCE, torch.tensor([0.5, 0.25, 0.25]))
+    # head 0: the two most confident (0.9, 0.8) exit, threshold halfway to 0.3;
+    # head 1: of the rest (0.7, 0.6), one exits, threshold halfway between them
+    torch.testing.assert_close(thresholds, torch.tensor([0.55, 0.65], dtype=torch.float64))
+    assert exit_stages(CONFIDENCE, thresholds).tolist() == [0, 0, 1, 2]
+    nobody_early = thresholds_for_fractions(CONFIDENCE, torch.tensor([0.0, 0.0, 1.0]))
+    assert nobody_early.tolist() == [math.inf, math.inf]
+    assert exit_stages(CONFIDENCE, nobody_early).tolist() == [2, 2, 2, 2]
+
+
+def varied_split(n, seed):
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.rand(n, 3, 32, 32, generator=generator) * torch.rand(n, 1, 1, 1, generator=generator) * 3
+    labels = (images.mean((1, 2, 3)) > 0.75).long()
+    return Split(images, labels, torch.zeros(n, dtype=torch.long))
+
+
+@pytest.fixture(scope="module")
+def trained():
+    config = make_config("smoke", agent="threshold", arch="chain", lr=0.02)
+    learner = make_learner(config, 2, torch.device("cpu"))
+    train = varied_split(16, 0)
+    for i in range(3):
+        learner.train_step(train, i)
+    return learner
+
+
+def test_threshold_learner_trains_every_head(trained):
+    stats = trained.train_step(varied_split(8, 3), 3)
+    assert {"losses/c_err", "losses/c_mod", "losses/total", "charts/lr", "charts/train_accuracy"} <= set(stats)
+    for leaf in trained.net.leaves:
+        assert trained.net.nodes[leaf].transform.linear.weight.grad.abs().max() > 0
+
+
+def test_before_calibration_everyone_runs_to_the_last_head(trained):
+    routed = route(trained.net.eval(), varied_split(6, 1).images, trained.decide(None))
+    trained.net.train()
+    assert routed.leaf.tolist() == [len(trained.net.leaves) - 1] * 6
+
+
+def test_calibrated_thresholds_meet_the_budget_and_the_evaluator_agrees(trained):
+    validation = varied_split(24, 2)
+    budgets = trained.budget_grid(4)
+    results = trained.calibrate(validation, budgets)
+    macs = [r["mean_macs"] for r in results]
+    assert all(m <= b * (1 + 1e-9) for m, b in zip(macs, budgets))
+    assert macs == sorted(macs) and macs[-1] > macs[0]
+    middle = results[2]
+    thresholds = trained.fit_thresholds(validation, middle["budget"])
+    assert thresholds.tolist() == middle["thresholds"]
+    evaluated = evaluate(trained.net, validation, decide=trained.decide(None), batch_size=7)
+    assert evaluated["mean_macs"] == pytest.approx(middle["mean_macs"])
+    assert evaluated["accuracy"] == pytest.approx(middle["accuracy"])
+    state = trained.state_dict()
+    assert state["thresholds"].tolist() == middle["thresholds"]
+
+
+def test_threshold_needs_a_chain():
+    with pytest.raises(ValueError, match="--arch chain"):
+        make_learner(make_config("smoke", agent="threshold", arch="tree"), 2, torch.device("cpu"))

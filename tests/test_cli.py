@@ -1,0 +1,170 @@
+"""experiments/train_agent.py end to end: every agent on tiny synthetic data, the run
+directory, resume, TensorBoard tags, user mistakes, and the figure scripts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from synthetic_data import write_cifar_pickles, write_mnist_idx
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from routing_rl import runs
+from routing_rl.cli import main
+from routing_rl.config import AGENTS
+from routing_rl.figures import write_figures
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "experiments" / "train_agent.py"
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    """A data folder holding tiny MNIST IDX files and CIFAR-10 pickles: enough for every dataset."""
+    root = tmp_path_factory.mktemp("data")
+    write_mnist_idx(root / "MNIST" / "raw")
+    write_cifar_pickles(root / "cifar-10-batches-py")
+    return root
+
+
+@pytest.fixture
+def cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path_factory.getbasetemp() / "cli-cache"))
+
+
+def smoke_args(tiny_data, logdir, agent, *extra):
+    return ["--agent", agent, "--preset", "smoke", "--iterations", "4", "--eval-every", "2", "--checkpoint-every", "2",
+            "--data-dir", str(tiny_data), "--download", "false", "--validation-fraction", "0.4", "--logdir", str(logdir), "--run-name", agent, *extra]
+
+
+def tags(run_dir: Path) -> set[str]:
+    found = set()
+    for events in run_dir.glob("**/events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0, "images": 0})
+        accumulator.Reload()
+        found |= set(accumulator.Tags()["scalars"]) | set(accumulator.Tags()["images"])
+    return found
+
+
+AGENT_ARGS = {
+    "static": ["--arch", "static-2"],
+    "actor": [],
+    "critic": ["--policy", "eps-greedy"],
+    "optimistic-critic": [],
+    "threshold": [],
+    "dqn": ["--policy", "eps-greedy"],
+    "ppo": [],
+    "a2c": [],
+}
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_every_agent_trains_end_to_end(agent, tiny_data, cache, tmp_path, capsys):
+    assert main(smoke_args(tiny_data, tmp_path, agent, *AGENT_ARGS[agent])) == 0
+    printed = json.loads(capsys.readouterr().out)
+    run_dir = tmp_path / agent
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert printed["test_accuracy"] == metrics["test_accuracy"]
+    assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["test_mean_macs"] > 0
+    assert json.loads((run_dir / "config.json").read_text())["agent"] == agent
+    assert metrics["dataset"] and metrics["structure"]["nodes"]
+    leaves = metrics["test"][0]["leaves"]
+    assert sum(leaf["fraction"] for leaf in leaves.values()) == pytest.approx(1.0)
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    assert any(run_dir.glob("checkpoint*")), "a checkpoint is written at the end"
+    assert "charts/val_accuracy" in tags(run_dir) or agent in ("dqn", "ppo", "a2c")
+    if agent == "threshold":
+        budgets = [entry["mac_budget"] for entry in metrics["test"]]
+        assert len(budgets) == 3 and budgets == sorted(budgets)
+        assert all(entry["mean_macs"] <= entry["mac_budget"] * 1.01 for entry in metrics["test"])
+
+
+def test_tensorboard_has_the_main_tags(tiny_data, cache, tmp_path, capsys):
+    assert main(smoke_args(tiny_data, tmp_path, "actor")) == 0
+    found = tags(tmp_path / "actor")
+    for tag in ("losses/total", "losses/c_err", "losses/c_cpt", "charts/lr", "charts/tau", "charts/val_accuracy",
+                "charts/val_mean_macs", "charts/examples_per_second", "routing/val_fraction/exit1"):
+        assert tag in found, f"{tag} missing from {sorted(found)}"
+    assert any(tag.startswith("figures/node_link") for tag in found)
+
+
+def test_dynamic_k_cpt_run_reports_every_k_cpt(tiny_data, cache, tmp_path, capsys):
+    assert main(smoke_args(tiny_data, tmp_path, "actor", "--k-cpt", "dynamic")) == 0
+    metrics = json.loads((tmp_path / "actor" / "metrics.json").read_text())
+    assert [entry["k_cpt"] for entry in metrics["test"]] == [0.0, 1e-9, 2e-9, 4e-9, 8e-9, 1.6e-8, 3.2e-8, 6.4e-8]
+
+
+def test_an_interrupted_run_resumes(tiny_data, cache, tmp_path, capsys, monkeypatch):
+    from routing_rl.agents.actor import ActorLearner
+
+    original = ActorLearner.train_step
+
+    def interrupted(self, batch, iteration):
+        if iteration == 3:
+            raise KeyboardInterrupt
+        return original(self, batch, iteration)
+
+    monkeypatch.setattr(ActorLearner, "train_step", interrupted)
+    assert main(smoke_args(tiny_data, tmp_path, "actor")) == 130
+    run_dir = tmp_path / "actor"
+    assert not (run_dir / "metrics.json").exists()
+    monkeypatch.setattr(ActorLearner, "train_step", original)
+    assert main(["--resume", str(run_dir)]) == 0
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert [entry["iteration"] for entry in metrics["history"]] == [2, 4]
+
+
+def test_existing_run_is_never_overwritten_silently(tiny_data, cache, tmp_path, capsys):
+    assert main(smoke_args(tiny_data, tmp_path, "static", "--arch", "static-1")) == 0
+    with pytest.raises(SystemExit) as stop:
+        main(smoke_args(tiny_data, tmp_path, "static", "--arch", "static-1"))
+    assert stop.value.code == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(smoke_args(tiny_data, tmp_path, "static", "--arch", "static-1", "--overwrite")) == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--agent", "sarsa"], "unknown agent 'sarsa'"),
+        (["--env", "routing_rl/Nowhere-v0"], "unknown env 'routing_rl/Nowhere-v0'"),
+        (["--arch", "resnet"], "unknown arch 'resnet'"),
+        (["--agent", "actor", "--policy", "eps-greedy"], "agent 'actor' can only use softmax"),
+        (["--agent", "static", "--policy", "softmax"], "has no training routing policy"),
+        (["--k-cpt=-1e-9"], "k_cpt must be a finite number >= 0"),
+        (["--k-cpt", "lots"], "--k-cpt must be a number >= 0 or 'dynamic'"),
+        (["--iterations", "0"], "expected a positive integer, got '0'"),
+        (["--iterations", "many"], "expected a positive integer, got 'many'"),
+        (["--batch-size", "-5"], "expected a positive integer, got '-5'"),
+        (["--resume", "/nonexistent/run"], "is not a run directory"),
+    ],
+)
+def test_user_mistakes_end_with_one_line_and_status_2(args, message, tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPT), *args, "--logdir", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_figures_from_smoke_runs(tiny_data, cache, tmp_path, capsys):
+    for agent, extra in (("static", ["--arch", "static-1"]), ("static2", ["--arch", "static-2"]), ("actor", [])):
+        assert main(smoke_args(tiny_data, tmp_path, "static" if agent.startswith("static") else agent, *extra)[:-2]
+                    + ["--run-name", agent]) == 0
+    written = write_figures([tmp_path / name for name in ("static", "static2", "actor")], tmp_path / "figures")
+    names = {path.name for path in written}
+    assert {"accuracy_macs.png", "accuracy_macs.csv", "node_link.png", "routing_heatmap.png"} <= names
+    rows = (tmp_path / "figures" / "accuracy_macs.csv").read_text().splitlines()
+    assert len(rows) == 1 + 3 and rows[0].startswith("series")
+    with pytest.raises(ValueError, match="have not finished"):
+        write_figures([tmp_path / "nothing-here"], tmp_path / "figures")
+
+
+def test_run_directory_names_a_missing_checkpoint(tmp_path):
+    (tmp_path / "config.json").write_text(runs.TrainConfig().to_json())
+    with pytest.raises(runs.RunError, match="no checkpoint.pt to resume from"):
+        runs.train(resume=tmp_path)

@@ -1,0 +1,85 @@
+import math
+
+import pytest
+import torch
+
+from routing_rl.agents.sgd import training_policy
+from routing_rl.config import make_config
+from routing_rl.execution import Junction
+from routing_rl.policies import (
+    TrainingPolicy,
+    eps_greedy_probabilities,
+    floored,
+    greedy_probabilities,
+    halving,
+    sample,
+    softmax_probabilities,
+)
+
+SCORES = torch.tensor([[1.0, 3.0, 2.0], [0.0, 0.0, -5.0]])
+
+
+def test_halving_is_continuous():
+    assert halving(0.1, 0, 500) == 0.1
+    assert halving(0.1, 500, 500) == pytest.approx(0.05)
+    assert halving(0.1, 250, 500) == pytest.approx(0.1 / math.sqrt(2))
+    assert halving(1.0, 80_000, 10_000) == pytest.approx(2**-8)
+
+
+def test_policy_probabilities():
+    torch.testing.assert_close(softmax_probabilities(SCORES, 0.5), torch.softmax(SCORES * 2, 1))
+    assert greedy_probabilities(SCORES).tolist() == [[0, 1, 0], [1, 0, 0]]
+    torch.testing.assert_close(
+        eps_greedy_probabilities(SCORES, 0.3), torch.tensor([[0.1, 0.8, 0.1], [0.8, 0.1, 0.1]])
+    )
+    torch.testing.assert_close(floored(torch.tensor([[1.0, 0.0]]), 0.1), torch.tensor([[0.95, 0.05]]))
+
+
+@pytest.mark.parametrize("name", ["softmax", "eps-greedy", "greedy"])
+def test_training_probabilities_are_floored_distributions(name):
+    policy = TrainingPolicy(name, start=0.01, half_life=10, floor=1e-3)
+    p = policy.probabilities(torch.tensor([[100.0, -100.0, 0.0]]), iteration=30)
+    torch.testing.assert_close(p.sum(1), torch.ones(1))
+    assert p.min() >= 1e-3 / 3 * (1 - 1e-6), "no sink may have zero probability"
+
+
+def test_schedules_and_their_charts():
+    softmax = TrainingPolicy("softmax", start=1.0, half_life=100)
+    assert softmax.charts(100) == {"charts/tau": pytest.approx(0.5)}
+    eps = TrainingPolicy("eps-greedy", start=0.2, half_life=100)
+    assert eps.charts(200) == {"charts/epsilon": pytest.approx(0.05)}
+    assert TrainingPolicy("greedy").charts(5) == {}
+
+
+def test_policy_arguments_are_checked():
+    with pytest.raises(ValueError, match="unknown routing policy"):
+        TrainingPolicy("boltzmann")
+    with pytest.raises(ValueError, match="floor"):
+        TrainingPolicy("softmax", floor=0.0)
+    with pytest.raises(ValueError, match="tau"):
+        TrainingPolicy("softmax", start=0.0)
+
+
+def test_config_policies():
+    assert training_policy(make_config("smoke", agent="actor")) == TrainingPolicy("softmax", 1.0, 10, 1e-6)
+    assert training_policy(make_config("smoke", agent="critic")).start == 0.1
+    eps = training_policy(make_config("smoke", agent="critic", policy="eps-greedy", epsilon=0.3))
+    assert (eps.name, eps.start) == ("eps-greedy", 0.3)
+
+
+def _junction(scores):
+    return Junction("j", scores, scores, None, torch.arange(len(scores)))
+
+
+def test_sampler_is_reproducible_and_follows_the_probabilities():
+    policy = TrainingPolicy("softmax", start=1.0)
+    scores = torch.tensor([[0.0, math.log(3.0)]]).expand(40_000, 2).requires_grad_()
+    draws = [sample(policy, 0, torch.Generator().manual_seed(7))(_junction(scores)) for _ in range(2)]
+    assert torch.equal(draws[0], draws[1])
+    assert draws[0].dtype == torch.int64 and not draws[0].requires_grad
+    assert draws[0].float().mean().item() == pytest.approx(0.75, abs=0.01)
+
+
+def test_greedy_sampler_takes_the_argmax():
+    decide = sample(TrainingPolicy("greedy", floor=1e-9), 0, torch.Generator().manual_seed(0))
+    assert decide(_junction(SCORES)).tolist() == [1, 0]

@@ -1,0 +1,90 @@
+import io
+
+import pytest
+import torch
+
+from routing_rl.agents.base import Learner
+from routing_rl.config import make_config
+from routing_rl.data import Split
+from routing_rl.nets.multiscale import static
+from routing_rl.trainer import BatchSampler, fit
+
+
+class PlainLearner(Learner):
+    """Cross-entropy on a static net: the least a learner can be."""
+
+    def __init__(self, config, interrupt_at=None):
+        torch.manual_seed(0)
+        super().__init__(static(1, classes=3), config, torch.device("cpu"))
+        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.05, momentum=0.9)
+        self.interrupt_at = interrupt_at
+        self.seen = []
+
+    def train_step(self, batch, iteration):
+        if iteration == self.interrupt_at:
+            raise KeyboardInterrupt
+        self.seen.append(batch.labels.clone())
+        loss = torch.nn.functional.cross_entropy(self.net(batch.images).logits["exit1"], batch.labels)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return {"losses/total": loss.item()}
+
+    def state_dict(self):
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state):
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def tiny_split(n=24, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return Split(torch.rand(n, 3, 32, 32, generator=generator), torch.arange(n) % 3, torch.arange(n) % 2)
+
+
+def copy(state):
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+def config(**overrides):
+    return make_config("smoke", agent="static", arch="static-1", **{"iterations": 6, "batch_size": 5, "eval_every": 3, "checkpoint_every": 3, **overrides})
+
+
+def test_batches_cover_each_epoch_once():
+    sampler = BatchSampler(10, 4, seed=0)
+    drawn = torch.cat([sampler.next() for _ in range(5)])
+    assert sorted(drawn[:10].tolist()) == list(range(10))
+    assert sorted(drawn[10:20].tolist()) == list(range(10))
+
+
+def test_fit_validates_and_checkpoints_on_schedule():
+    saved = []
+    learner = PlainLearner(config())
+    state = fit(learner, tiny_split(), tiny_split(9, 1), config(), save=lambda ckpt: saved.append(copy(ckpt)))
+    assert state.iteration == 6
+    assert [entry["iteration"] for entry in state.history] == [3, 6]
+    assert state.history[-1]["evaluations"][0]["examples"] == 9
+    assert [ckpt["training_state"]["iteration"] for ckpt in saved] == [3, 6]
+
+
+def test_resume_continues_exactly_where_the_checkpoint_left_off():
+    saved = []
+    straight = PlainLearner(config())
+    fit(straight, tiny_split(), tiny_split(9, 1), config(), save=lambda ckpt: saved.append(copy(ckpt)))
+    resumed = PlainLearner(config())
+    fit(resumed, tiny_split(), tiny_split(9, 1), config(), resume=saved[0])
+    assert torch.equal(torch.cat(straight.seen[3:]), torch.cat(resumed.seen))
+    for a, b in zip(straight.net.state_dict().values(), resumed.net.state_dict().values()):
+        torch.testing.assert_close(a, b)
+
+
+def test_ctrl_c_saves_a_checkpoint_before_stopping():
+    saved = []
+    learner = PlainLearner(config(), interrupt_at=4)
+    with pytest.raises(KeyboardInterrupt):
+        fit(learner, tiny_split(), tiny_split(9, 1), config(), save=lambda ckpt: saved.append(copy(ckpt)))
+    assert saved[-1]["training_state"]["iteration"] == 4
