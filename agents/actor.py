@@ -22,11 +22,10 @@ from __future__ import annotations
 import torch
 
 from routing_rl.agents.paths import Paths
-from routing_rl.agents.sgd import SGDLearner, check_error_cost, leaf_correct, leaf_errors, scalars, training_policy
+from routing_rl.agents.sgd import SGDLearner, check_error_cost, leaf_correct, leaf_errors, training_policy
 from routing_rl.config import TrainConfig
 from routing_rl.data import Split
 from routing_rl.graph import RoutedNet
-from routing_rl.talr import talr_scales
 
 
 class ActorLearner(SGDLearner):
@@ -68,16 +67,5 @@ class ActorLearner(SGDLearner):
         }
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
-        terms = self.losses(batch, iteration)
-        total = terms["c_err"] + terms["c_cpt"] + terms["c_mod"] + terms["c_dec"]
-        scales = talr_scales(terms["reach"], self.policy.floor) if self.config.talr else None
-        lr = self.step(total, iteration, scales)
-        return scalars({
-            **{f"losses/{name}": terms[name] for name in ("c_err", "c_cpt", "c_mod", "c_dec")},
-            "losses/total": total,
-            "charts/lr": lr,
-            **self.policy.charts(iteration),
-            # under the training policy: expectations over its path probabilities
-            "charts/train_accuracy": terms["accuracy"],
-            "charts/train_mean_macs": terms["mean_macs"],
-        })
+        # accuracy and MACs in the report are expectations over the training policy's paths
+        return self.routed_step(self.losses(batch, iteration), ("c_err", "c_cpt", "c_mod", "c_dec"), iteration)

@@ -57,14 +57,13 @@ from __future__ import annotations
 import torch
 
 from routing_rl.agents.paths import Paths
-from routing_rl.agents.sgd import SGDLearner, check_error_cost, leaf_correct, leaf_errors, scalars, training_policy
+from routing_rl.agents.sgd import SGDLearner, check_error_cost, leaf_correct, leaf_errors, training_policy
 from routing_rl.config import TrainConfig
 from routing_rl.costs import error_cost
 from routing_rl.data import Split
 from routing_rl.execution import RoutedOutput, route
 from routing_rl.graph import FullOutput, RoutedNet
 from routing_rl.policies import sample
-from routing_rl.talr import talr_scales
 
 
 def node_costs(net: RoutedNet) -> dict[str, float]:
@@ -207,16 +206,5 @@ class CriticLearner(SGDLearner):
         }
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
-        terms = self.losses(batch, iteration)
-        total = terms["c_err"] + terms["c_cpt"] + terms["c_ure"] + terms["c_mod"]
-        scales = talr_scales(terms["reach"], self.policy.floor) if self.config.talr else None
-        lr = self.step(total, iteration, scales)
-        return scalars({
-            **{f"losses/{name}": terms[name] for name in ("c_err", "c_cpt", "c_mod", "c_ure")},
-            "losses/total": total,
-            "charts/lr": lr,
-            **self.policy.charts(iteration),
-            # under the training policy: expectations (full tree) or the sampled paths
-            "charts/train_accuracy": terms["accuracy"],
-            "charts/train_mean_macs": terms["mean_macs"],
-        })
+        # accuracy and MACs in the report: expectations (full tree) or the sampled paths
+        return self.routed_step(self.losses(batch, iteration), ("c_err", "c_cpt", "c_ure", "c_mod"), iteration)

@@ -21,7 +21,7 @@ from routing_rl.config import TrainConfig
 from routing_rl.costs import K_CPT_VALUES, error_cost
 from routing_rl.graph import FullOutput, Node, RoutedNet
 from routing_rl.policies import TrainingPolicy, halving
-from routing_rl.talr import NodeGradients
+from routing_rl.talr import NodeGradients, talr_scales
 
 
 class SGDLearner(Learner):
@@ -75,6 +75,22 @@ class SGDLearner(Learner):
             group["lr"] = lr
         self.optimizer.step()
         return lr
+
+    def routed_step(self, terms: dict[str, torch.Tensor], names: tuple[str, ...], iteration: int) -> dict[str, float]:
+        """One step of a routing learner: the sum of the loss terms ``names``, TALR from
+        ``terms["reach"]`` ``(B, N)``, and the scalars to log. ``terms`` also carries the
+        training-policy ``accuracy`` and ``mean_macs``; ``self.policy`` is the training policy."""
+        total = sum(terms[name] for name in names)
+        scales = talr_scales(terms["reach"], self.policy.floor) if self.config.talr else None
+        lr = self.step(total, iteration, scales)
+        return scalars({
+            **{f"losses/{name}": terms[name] for name in names},
+            "losses/total": total,
+            "charts/lr": lr,
+            **self.policy.charts(iteration),
+            "charts/train_accuracy": terms["accuracy"],
+            "charts/train_mean_macs": terms["mean_macs"],
+        })
 
     def state_dict(self) -> dict:
         return {

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from timing import median_seconds
 
 from routing_rl.data import DATASETS, SOURCES, augment, load_dataset
 from routing_rl.nets.multiscale import static
@@ -40,28 +41,10 @@ def default_data_dir() -> Path | None:
     return SHARED_DATASETS if SHARED_DATASETS.is_dir() else None
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _median_ms(fn, device: torch.device, repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return sorted(times)[len(times) // 2]
-
-
 def time_augment(device: torch.device, batch: int = 128) -> float:
     images = torch.rand(batch, 3, 32, 32, device=device)
     source = torch.arange(batch, device=device) % len(SOURCES)
-    return _median_ms(lambda: augment(images, source), device, repeats=50)
+    return 1e3 * median_seconds(lambda: augment(images, source), device, repeats=50, warmup=3)
 
 
 def time_train_step(device: torch.device, batch: int = 128) -> float:
@@ -75,7 +58,7 @@ def time_train_step(device: torch.device, batch: int = 128) -> float:
         F.cross_entropy(net(images).logits["exit8"], labels).backward()
         opt.step()
 
-    return _median_ms(step, device, repeats=10 if device.type == "cpu" else 50)
+    return 1e3 * median_seconds(step, device, repeats=10 if device.type == "cpu" else 50, warmup=3)
 
 
 def _fresh_process_load(name: str, data_dir: Path, cache_dir: Path) -> float:

@@ -19,6 +19,7 @@ import statistics
 import time
 
 import torch
+from timing import median_seconds, sync
 
 from routing_rl.execution import dynamic, full
 from routing_rl.nets.multiscale import chain
@@ -27,25 +28,6 @@ EXIT_FRACTIONS = {"col1": 0.5, "col3": 0.5}
 """Junction -> fraction of the examples reaching it that exit there; other junctions continue."""
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _median_seconds(fn, device: torch.device, repeats: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-@torch.no_grad()
 def set_exit_fractions(net, x: torch.Tensor, fractions: dict[str, float], seed: int = 0) -> None:
     """Point each 2-way router at a data-dependent split: for the examples that reach junction
     j, a random projection of the router's hidden features decides, exiting for the top
@@ -70,13 +52,13 @@ def _node_seconds(net, execute, device: torch.device, repeats: int) -> dict[str,
 
     def before(name):
         def hook(module, args):
-            _sync(device)
+            sync(device)
             started[name] = time.perf_counter()
         return hook
 
     def after(name):
         def hook(module, args, output):
-            _sync(device)
+            sync(device)
             samples[name].append(time.perf_counter() - started[name])
         return hook
 
@@ -104,8 +86,8 @@ def run(device: torch.device, batch_size: int = 1024, repeats: int = 7) -> dict:
     exits = torch.bincount(routed.leaf, minlength=len(net.leaves)).tolist()
 
     with torch.no_grad():
-        full_seconds = _median_seconds(lambda: full(net, x), device, repeats)
-    dynamic_seconds = _median_seconds(lambda: dynamic(net, x), device, repeats)
+        full_seconds = median_seconds(lambda: full(net, x), device, repeats)
+    dynamic_seconds = median_seconds(lambda: dynamic(net, x), device, repeats)
     node_seconds = _node_seconds(net, lambda: full(net, x), device, repeats)
     node_seconds_dynamic = _node_seconds(net, lambda: dynamic(net, x), device, repeats)
     ideal_seconds = sum(node_seconds[n] * fraction_through[n] for n in net.order)

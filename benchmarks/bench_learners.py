@@ -35,19 +35,15 @@ import time
 from pathlib import Path
 
 import torch
-
 from routing_rl.agents.registry import make_learner
+from timing import sync
+
 from routing_rl.config import make_config
 from routing_rl.data import Split
 
 BATCH_SIZE = 128
 CLASSES = 10
 MEMORY_STEPS = 3
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _batch(device: torch.device, seed: int = 0) -> Split:
@@ -67,10 +63,10 @@ def _alternating_step_seconds(learners: dict, device: torch.device, repeats: int
     times: dict[str, list[float]] = {name: [] for name in learners}
     for iteration in range(warmup + repeats):
         for name, learner in learners.items():
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             learner.train_step(batch, iteration)
-            _sync(device)
+            sync(device)
             if iteration >= warmup:
                 times[name].append(time.perf_counter() - start)
     return times

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing_rl.costs import check_k_cpt
+from routing_rl.costs import ERROR_COSTS, check_k_cpt
 from routing_rl.nets.multiscale import arch_names
 
 AGENTS = ("static", "actor", "critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
@@ -148,6 +148,14 @@ class TrainConfig:
             self.k_cpt = check_k_cpt(self.k_cpt)
         if self.dynamic_k_cpt and self.agent in ("static", "threshold"):
             raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
+        for name in ("error_cost", "utility_error"):
+            if getattr(self, name) not in ERROR_COSTS:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {', '.join(ERROR_COSTS)}")
+        if self.error_cost != "cross_entropy" and self.agent not in SB3_AGENTS:
+            raise ValueError(
+                f"error_cost {self.error_cost!r} has no gradient for the heads to learn from; keep cross_entropy "
+                "(a critic can use --utility-error zero_one inside its utility)"
+            )
         if self.execution is not None and self.execution not in EXECUTIONS:
             raise ValueError(f"unknown execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
         if self.agent == "actor" and self.resolved_execution != "full":
