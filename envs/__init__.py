@@ -1,1 +1,35 @@
-"""Gymnasium environments for routing decisions."""
+"""Routing as Gymnasium environments: one junction decision per step.
+
+* :class:`RoutingEnv` — one example per episode (``gym.make("routing_rl/HybridRouting-v0")``);
+* :class:`RoutingVecEnv` — Stable-Baselines3 ``VecEnv`` with N examples in flight, batched
+  by node;
+* :class:`RoutingVectorEnv` — the same for Gymnasium (``gym.make_vec``);
+* :class:`ObservationLayout` — observation and action spaces, shared with evaluation;
+* :class:`JointTraining` — how the environment trains the feature network.
+
+All share one stepping implementation, :class:`~routing_rl.envs.traffic.Traffic`. Names are
+imported on first use, so that ``import routing_rl`` (which registers the ids) stays light.
+"""
+
+from importlib import import_module
+
+_EXPORTS = {
+    "RoutingEnv": "routing_env",
+    "RoutingVecEnv": "sb3_vec_env",
+    "RoutingVectorEnv": "gym_vector_env",
+    "ObservationLayout": "observation",
+    "JointTraining": "joint",
+    "FeatureTrainer": "joint",
+    "Traffic": "traffic",
+    "make_traffic": "factory",
+    "register_envs": "registration",
+    "ENV_DATASETS": "registration",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -1,0 +1,267 @@
+"""Stable-Baselines3 baselines: DQN, PPO and A2C route the net, the env trains its features.
+
+``train_sb3(config, dataset, run_dir, device)`` trains one agent with SB3's own machinery:
+``learn()`` on the batched :class:`~routing_rl.envs.RoutingVecEnv` under ``VecMonitor``, with
+joint training of the feature network on the agent's paths; SB3's ``EvalCallback`` (plus the
+shared evaluator on the validation split, :mod:`~routing_rl.agents.sb3_callbacks`) and
+``CheckpointCallback``; SB3's logger writing TensorBoard and CSV into the run directory.
+The returned :class:`SB3Result` is judged like every other learner: ``result.evaluations(test)``
+runs :func:`routing_rl.evaluate.evaluate` with ``result.decide(k_cpt)``, the agent's
+deterministic policy on the same observations the env gives.
+
+Mapping from :class:`~routing_rl.config.TrainConfig`:
+
+* ``agent`` dqn / ppo / a2c; DQN explores ε-greedily (``--policy eps-greedy``): SB3's linear
+  schedule from ε = 1 down to ``epsilon`` over the first 10 % of training; PPO and A2C
+  sample their own softmax policy.
+* ``iterations`` = environment steps (transitions); ``eval_every`` and ``checkpoint_every``
+  too. ``batch_size``, ``lr``, ``lr_half_life`` (in feature-optimiser steps), ``momentum``,
+  ``k_l2``, ``talr`` configure joint training (:class:`~routing_rl.envs.JointTraining`).
+* ``gamma = 1``: the undiscounted return of an episode is exactly ``-c_inf``.
+* ``extra["n_envs"]`` examples in flight (default 64); ``extra["sb3"]``: keyword arguments
+  for the SB3 algorithm, over the defaults in :data:`SB3_DEFAULTS`.
+
+Saving: :class:`RoutingDQN` / :class:`RoutingPPO` / :class:`RoutingA2C` are SB3's classes
+whose zip also holds the feature network and its optimiser (``routed_net.pth``,
+``feature_trainer.pth``), so every checkpoint, ``best_model.zip`` and ``model.zip`` is a
+complete router + classifier. ``load_sb3(path)`` returns ``(model, net)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from routing_rl.agents.sb3_callbacks import TrainingCharts, Validation
+from routing_rl.envs.joint import FeatureTrainer, JointTraining
+from routing_rl.envs.observation import ObservationLayout
+from routing_rl.envs.sb3_vec_env import RoutingVecEnv
+from stable_baselines3 import A2C, DQN, PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import (
+    BaseCallback,
+    CallbackList,
+    CheckpointCallback,
+    EvalCallback,
+)
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.vec_env import VecMonitor
+
+from routing_rl.config import SB3_AGENTS, TrainConfig
+from routing_rl.costs import K_CPT_VALUES
+from routing_rl.data import RoutingDataset, Split
+from routing_rl.evaluate import evaluate
+from routing_rl.execution import Decide, Junction
+from routing_rl.graph import RoutedNet
+from routing_rl.nets.multiscale import build
+
+SB3_DEFAULTS = {
+    "dqn": dict(learning_rate=1e-3, buffer_size=20_000, learning_starts=1_000, batch_size=128, train_freq=1,
+                target_update_interval=1_000, exploration_fraction=0.1, exploration_initial_eps=1.0),
+    "ppo": dict(learning_rate=3e-4, n_steps=32, n_epochs=4, ent_coef=0.01),
+    "a2c": dict(learning_rate=7e-4, n_steps=8, ent_coef=0.01),
+}
+"""Per-agent SB3 keyword arguments; ``config.extra["sb3"]`` overrides them."""
+
+HISTORY_FILE = "sb3_history.json"
+CHECKPOINTS = "checkpoints"
+MODEL_FILE = "model.zip"
+
+
+class RoutedNetSaving:
+    """Mixin for an SB3 algorithm: the env's feature network and its trainer are saved in
+    the model's zip and restored by ``load`` (built from ``routing`` when not passed in)."""
+
+    def __init__(self, *args, routed_net: RoutedNet | None = None, feature_trainer: FeatureTrainer | None = None,
+                 routing: dict | None = None, **kwargs):
+        self.routed_net = routed_net
+        self.feature_trainer = feature_trainer
+        self.routing = routing  # JSON: agent, arch, width, classes, k_cpt, joint options
+        super().__init__(*args, **kwargs)
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        if self.routed_net is None:
+            if self.routing.get("arch") is None:
+                raise ValueError("this model routes a hand-built net; pass it: load_sb3(path, net=...)")
+            self.routed_net = build(self.routing["arch"], self.routing["width"], self.routing["classes"]).to(self.device)
+        if self.feature_trainer is None:
+            self.feature_trainer = FeatureTrainer(self.routed_net, JointTraining(**self.routing["joint"]))
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        state_dicts, variables = super()._get_torch_save_params()
+        return [*state_dicts, "routed_net", "feature_trainer"], variables
+
+
+class RoutingDQN(RoutedNetSaving, DQN):
+    pass
+
+
+class RoutingPPO(RoutedNetSaving, PPO):
+    pass
+
+
+class RoutingA2C(RoutedNetSaving, A2C):
+    pass
+
+
+ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"dqn": RoutingDQN, "ppo": RoutingPPO, "a2c": RoutingA2C}
+
+
+def sb3_decide(model: BaseAlgorithm, net: RoutedNet, k_cpt: float | None = None) -> Decide:
+    """A :data:`~routing_rl.execution.Decide` that routes by ``model``'s deterministic policy.
+
+    It builds the env's observation from the junction (descriptor, junction one-hot and, for
+    a dynamic-k_cpt agent, ``junction.k_cpt`` or else ``k_cpt``) for all examples there at
+    once, and maps actions past a junction's last sink as the env does.
+    """
+    layout = ObservationLayout.matching(net, model.observation_space)
+
+    def decide(junction: Junction) -> torch.Tensor:
+        cost = junction.k_cpt if junction.k_cpt is not None else k_cpt
+        observations = layout.observe(junction.name, junction.descriptor, cost)
+        actions, _ = model.predict(observations, deterministic=True)
+        sinks = layout.sinks(junction.name, np.asarray(actions, dtype=np.int64).reshape(-1))
+        return torch.from_numpy(sinks).to(junction.descriptor.device)
+
+    return decide
+
+
+@dataclass
+class SB3Result:
+    """A trained SB3 agent and the net it routes.
+
+    history: one entry per validation, ``{"iteration": env steps, "evaluations": [...]}``.
+    k_cpts: the costs it is judged at (every paper value for a dynamic k_cpt).
+    """
+
+    model: BaseAlgorithm
+    net: RoutedNet
+    history: list[dict]
+    k_cpts: list[float]
+    classes: tuple[str, ...] | None = None
+
+    def decide(self, k_cpt: float | None = None) -> Decide:
+        return sb3_decide(self.model, self.net, k_cpt)
+
+    def evaluations(self, split: Split) -> list[dict]:
+        """The shared evaluator on ``split``, one result per k_cpt in :attr:`k_cpts`."""
+        return [evaluate(self.net, split, k, self.decide(k), classes=self.classes) for k in self.k_cpts]
+
+
+def load_sb3(path: str | Path, env: RoutingVecEnv | None = None, device: str | torch.device = "auto",
+             net: RoutedNet | None = None) -> tuple[BaseAlgorithm, RoutedNet]:
+    """A saved agent and its feature network: ``(model, net)``.
+
+    With ``env`` (a :class:`RoutingVecEnv`, maybe under ``VecMonitor``), the saved weights go
+    into the env's own net and feature trainer, and the model is ready to ``learn()`` on.
+    ``net``: the hand-built net a model was trained on, for nets not built by arch name.
+    """
+    with zipfile.ZipFile(path) as archive:
+        routing = json.loads(archive.read("data"))["routing"]
+    kwargs = {}
+    if env is not None:
+        kwargs = {"routed_net": env.unwrapped.net, "feature_trainer": env.unwrapped.trainer}
+    elif net is not None:
+        kwargs = {"routed_net": net}
+    model = ALGORITHMS[routing["agent"]].load(path, env=env, device=device, **kwargs)
+    return model, model.routed_net
+
+
+def _splits(config: TrainConfig, dataset: RoutingDataset) -> tuple[Split, Split]:
+    """(train part, validation part), as :func:`routing_rl.runs.prepare_data` makes them."""
+    train_part, validation = dataset.validation_split(config.validation_fraction, config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    validation = validation.subset(torch.randperm(len(validation), generator=generator))
+    if config.train_examples is not None and config.train_examples < len(train_part):
+        train_part = train_part.subset(torch.arange(config.train_examples))
+    if config.eval_examples is not None and config.eval_examples < len(validation):
+        validation = validation.subset(torch.arange(config.eval_examples))
+    return train_part, validation
+
+
+def _algorithm_kwargs(config: TrainConfig, n_envs: int) -> dict:
+    kwargs = dict(SB3_DEFAULTS[config.agent], gamma=1.0)
+    if config.agent == "dqn":
+        kwargs.update(exploration_final_eps=config.epsilon, gradient_steps=max(1, n_envs // 16))
+    if config.agent == "ppo":
+        n_steps = config.extra.get("sb3", {}).get("n_steps", kwargs["n_steps"])
+        kwargs["batch_size"] = max(1, n_steps * n_envs // 4)
+    kwargs.update(config.extra.get("sb3", {}))
+    return kwargs
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint zip with the most environment steps, if any."""
+    zips = list((Path(run_dir) / CHECKPOINTS).glob("*_steps.zip"))
+    return max(zips, key=lambda p: int(p.stem.split("_")[-2])) if zips else None
+
+
+def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, device: torch.device,
+              callbacks: Sequence[BaseCallback] = (), resume: bool = False) -> SB3Result:
+    """Train ``config.agent`` (dqn, ppo or a2c) for ``config.iterations`` environment steps.
+
+    ``callbacks`` are extra SB3 callbacks. ``resume`` continues from the newest checkpoint in
+    ``run_dir/checkpoints`` (policy, feature net and its optimiser; DQN's replay buffer
+    starts empty again). Writes TensorBoard/CSV logs, checkpoints, ``best_model.zip`` (best
+    validation return) and ``model.zip`` into ``run_dir``.
+    """
+    config.validate()
+    if config.agent not in SB3_AGENTS:
+        raise ValueError(f"train_sb3 trains {', '.join(SB3_AGENTS)}, not {config.agent!r}")
+    run_dir = Path(run_dir)
+    torch.manual_seed(config.seed)
+    train_part, validation = _splits(config, dataset)
+    n_envs = int(config.extra.get("n_envs", 64))
+    net = build(config.arch, config.width, len(dataset.classes)).to(device)
+    env_kwargs = dict(dataset=dataset, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost)
+    joint = JointTraining.from_config(config)
+    env = VecMonitor(RoutingVecEnv(n_envs, seed=config.seed, split=train_part, train=True, joint=joint, **env_kwargs))
+    eval_env = VecMonitor(RoutingVecEnv(min(n_envs, len(validation)), seed=config.seed + 1, split=validation,
+                                        train=False, **env_kwargs))
+    routing = {"agent": config.agent, "arch": config.arch, "width": config.width, "classes": len(dataset.classes),
+               "k_cpt": config.k_cpt, "joint": dataclasses.asdict(joint)}
+
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    history_path = run_dir / HISTORY_FILE
+    if checkpoint is not None:
+        model, _ = load_sb3(checkpoint, env=env, device=device)
+        history = json.loads(history_path.read_text()) if history_path.is_file() else []
+    else:
+        model = ALGORITHMS[config.agent]("MlpPolicy", env, routed_net=net, feature_trainer=env.unwrapped.trainer,
+                                         routing=routing, seed=config.seed, device=device,
+                                         **_algorithm_kwargs(config, n_envs))
+        history = []
+    model.set_logger(configure(str(run_dir), ["csv", "tensorboard"]))
+
+    k_cpts = list(K_CPT_VALUES) if config.dynamic_k_cpt else [float(config.k_cpt)]
+    validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),
+                                     history_path, history)
+
+    def every(steps: int) -> int:  # SB3 callbacks count calls: one per n_envs environment steps
+        return max(1, steps // n_envs)
+
+    callback = CallbackList([
+        TrainingCharts(env.unwrapped.trainer),
+        EvalCallback(eval_env, n_eval_episodes=min(len(validation), 500), eval_freq=every(config.eval_every),
+                     best_model_save_path=str(run_dir), log_path=str(run_dir), callback_after_eval=validation_callback,
+                     verbose=0),
+        CheckpointCallback(every(config.checkpoint_every), str(run_dir / CHECKPOINTS), name_prefix=config.agent),
+        *callbacks,
+    ])
+    remaining = config.iterations - model.num_timesteps
+    try:
+        if remaining > 0:
+            log_interval = n_envs if config.agent == "dqn" else 1  # DQN counts episodes, PPO/A2C rollouts
+            model.learn(remaining, callback=callback, log_interval=log_interval, reset_num_timesteps=checkpoint is None)
+    except KeyboardInterrupt:
+        model.save(run_dir / CHECKPOINTS / f"{config.agent}_{model.num_timesteps}_steps.zip")
+        raise
+    model.save(run_dir / MODEL_FILE)
+    return SB3Result(model, net, validation_callback.history, k_cpts, tuple(dataset.classes))

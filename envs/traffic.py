@@ -1,0 +1,222 @@
+"""Examples in flight through one routed net: the single implementation of stepping.
+
+:class:`Traffic` holds ``n`` slots, each carrying one example (one episode) from the root to
+a leaf. Between steps every slot stands at a junction, and the slots at the same junction
+form one group holding their node state as a single batch. A step takes one action per
+slot, splits each group by the sink chosen, and runs every node on the batch of slots that
+reached it, in tree order, until each slot stands at its next junction or has reached a
+leaf. The single-example env is ``n = 1``; the vector envs are ``n = N``.
+
+Execution is always in eval mode and without gradients: an example's observation depends
+on the example and the weights, never on which other examples share its group. Training
+(:mod:`~routing_rl.envs.joint`) happens apart, on replays of finished paths.
+
+Costs: a slot is charged ``k_cpt × MACs`` for every node it runs through (transform and
+router, as :attr:`RoutedNet.leaf_macs` counts them; the agent stands in for the router but
+the paper's cost includes it), in the reward of the step that computed it. The nodes from
+the root to the first junction run at reset, which has no reward, so they are charged in
+the episode's first step. At the leaf the reward also carries ``-c_err``. An episode's
+rewards therefore sum to ``-(k_cpt × path MACs + c_err)``, the paper's ``-c_inf``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from routing_rl.envs.joint import FeatureTrainer
+from routing_rl.envs.observation import ObservationLayout
+
+from routing_rl.costs import K_CPT_VALUES, error_cost
+from routing_rl.data import SOURCES, Split, augment
+from routing_rl.graph import RoutedNet, State, take
+from routing_rl.nets.router import K_CPT_SCALE
+
+
+@dataclass
+class Group:
+    """Slots standing at one junction: their numbers, the node's state and descriptor."""
+
+    slots: np.ndarray  # (b,) int64
+    state: State
+    descriptor: torch.Tensor  # (b, D)
+
+
+@dataclass
+class Finished:
+    """Slots that reached a leaf in the last step, with the leaf (index into ``net.leaves``),
+    the error cost and whether the prediction was right; all ``(k,)``."""
+
+    slots: np.ndarray
+    leaf: np.ndarray
+    c_err: np.ndarray
+    correct: np.ndarray
+
+    @classmethod
+    def none(cls) -> Finished:
+        empty = np.zeros(0, dtype=np.int64)
+        return cls(empty, empty, np.zeros(0), np.zeros(0, dtype=bool))
+
+
+class Traffic:
+    """``n`` examples of ``split`` in flight through ``net``.
+
+    Args:
+        net: the routed net (its device is where everything runs).
+        split: where examples are drawn from, uniformly with replacement.
+        n: number of slots.
+        layout: observation layout of ``net``.
+        k_cpt: cost per MAC, or ``"dynamic"`` to draw one of ``K_CPT_VALUES`` per episode.
+        error_cost: ``cross_entropy`` or ``zero_one`` (the reward's c_err).
+        trainer: trains the net on finished paths while :attr:`training` is on.
+        training: joint training (and augmentation, if the trainer's options ask) on or off.
+    """
+
+    def __init__(self, net: RoutedNet, split: Split, n: int, layout: ObservationLayout, k_cpt,
+                 error_cost: str, trainer: FeatureTrainer, training: bool):
+        self.net = net
+        self.device = net.leaf_macs.device
+        self.split = split.to(self.device)
+        self.labels = split.labels.cpu().numpy()
+        self.sources = split.source.cpu().numpy()
+        self.n = n
+        self.layout = layout
+        self.k_cpt_values = np.array(K_CPT_VALUES if k_cpt == "dynamic" else (float(k_cpt),))
+        self.error_cost = error_cost
+        self.trainer = trainer
+        self.training = training
+        self.node_macs = {name: net.macs[name] + net.router_macs[name] for name in net.order}
+        self.example = np.zeros(n, dtype=np.int64)
+        self.k_cpt = np.zeros(n)
+        self.macs = np.zeros(n, dtype=np.int64)  # MACs so far in each slot's episode
+        self.paid = np.zeros(n, dtype=np.int64)  # of which already charged in rewards
+        self.decisions = np.full((n, len(layout.junctions)), -1, dtype=np.int64)
+        self.images = torch.zeros(n, *net.input_shape, dtype=split.images.dtype, device=self.device)  # for replays
+        self.waiting: dict[str, Group] = {}
+        self.generator = torch.Generator(device=self.device)
+
+    @property
+    def label(self) -> np.ndarray:
+        return self.labels[self.example]
+
+    @property
+    def source(self) -> np.ndarray:
+        return self.sources[self.example]
+
+    def reset(self, rng: np.random.Generator) -> None:
+        """A new example in every slot."""
+        self.waiting = {}
+        self.generator.manual_seed(int(rng.integers(2**63)))
+        self.start(np.arange(self.n), rng)
+
+    def start(self, slots: np.ndarray, rng: np.random.Generator) -> None:
+        """New examples in ``slots`` (which must not be waiting), run to their first junction."""
+        if len(slots) == 0:
+            return
+        examples = rng.integers(len(self.split), size=len(slots))
+        self.example[slots] = examples
+        self.k_cpt[slots] = rng.choice(self.k_cpt_values, size=len(slots))
+        self.macs[slots] = 0
+        self.paid[slots] = 0
+        self.decisions[slots] = -1
+        pick = torch.from_numpy(examples).to(self.device)
+        x = self.split.images.index_select(0, pick)
+        if self.training:
+            if self.trainer.options.augment:
+                x = augment(x, self.split.source.index_select(0, pick), self.generator)
+            self.images[torch.from_numpy(slots).to(self.device)] = x
+        self._advance({self.net.root: (x, slots)})
+
+    def move(self, actions: np.ndarray) -> Finished:
+        """Every waiting slot takes the sink its action picks; run on to the next junction or leaf."""
+        actions = np.asarray(actions, dtype=np.int64).reshape(self.n)
+        if actions.min() < 0 or actions.max() >= self.layout.action_space.n:
+            raise ValueError(f"actions must be sinks 0..{self.layout.action_space.n - 1}, got {actions.tolist()}")
+        pending = {}
+        for name, group in self.waiting.items():
+            choice = self.layout.sinks(name, actions[group.slots])
+            self.decisions[group.slots, self.layout.junction_index[name]] = choice
+            for sink_number, sink in enumerate(self.net.nodes[name].sinks):
+                chosen = np.flatnonzero(choice == sink_number)
+                if chosen.size == 0:
+                    continue
+                state = self.net.nodes[sink].reads(group.state)
+                if chosen.size < choice.size:
+                    state = take(state, torch.from_numpy(chosen).to(self.device))
+                pending[sink] = (state, group.slots[chosen])
+        self.waiting = {}
+        finished = self._advance(pending)
+        if self.training and finished.slots.size:
+            slots = finished.slots
+            self.trainer.record(
+                self.images.index_select(0, torch.from_numpy(slots).to(self.device)),
+                torch.from_numpy(self.labels[self.example[slots]]).to(self.device),
+                self.decisions[slots], self.k_cpt[slots],
+            )
+        return finished
+
+    def charge(self, finished: Finished) -> np.ndarray:
+        """``(n,)`` rewards for the MACs computed since the last charge, and ``-c_err`` at leaves."""
+        reward = -self.k_cpt * (self.macs - self.paid)
+        self.paid[:] = self.macs
+        reward[finished.slots] -= finished.c_err
+        return reward
+
+    def observe(self) -> np.ndarray:
+        """``(n, size)`` float32 observations; slots not waiting get the terminal one."""
+        out = torch.zeros(self.n, self.layout.size, device=self.device)
+        for name, group in self.waiting.items():
+            self.layout.write(out, torch.from_numpy(group.slots).to(self.device), name, group.descriptor)
+        out = out.cpu().numpy()
+        if self.layout.dynamic_k_cpt:
+            out[:, -1] = self.k_cpt * K_CPT_SCALE
+        return out
+
+    def infos(self, finished: Finished) -> list[dict]:
+        """One info dict per slot: ``macs`` so far, ``label``, ``source``, ``k_cpt``; at a
+        leaf also ``leaf`` (name), ``correct`` and ``c_err``."""
+        infos = [
+            {"macs": m, "label": y, "source": SOURCES[s], "k_cpt": k}
+            for m, y, s, k in zip(self.macs.tolist(), self.label.tolist(), self.source.tolist(), self.k_cpt.tolist())
+        ]
+        for slot, leaf, correct, c_err in zip(finished.slots.tolist(), finished.leaf.tolist(),
+                                              finished.correct.tolist(), finished.c_err.tolist()):
+            infos[slot].update(leaf=self.net.leaves[leaf], correct=correct, c_err=c_err)
+        return infos
+
+    @torch.no_grad()
+    def _advance(self, pending: dict[str, tuple[State, np.ndarray]]) -> Finished:
+        """Run each pending batch through its node and on, in tree order (every parent before
+        its sinks), until it waits at a junction or reaches a leaf."""
+        if self.net.training:
+            self.net.eval()
+        finished = []
+        for name in self.net.order:
+            if not pending:
+                break
+            if name not in pending:
+                continue
+            inputs, slots = pending.pop(name)
+            node = self.net.nodes[name]
+            state = node.transform(inputs)
+            self.macs[slots] += self.node_macs[name]
+            if node.is_leaf:
+                finished.append(self._leaf(name, slots, state))
+            elif node.is_junction:
+                if name in self.waiting:
+                    raise RuntimeError(f"slots already wait at {name!r}; start() only refills finished slots")
+                self.waiting[name] = Group(slots, state, node.descriptor(state))
+            else:
+                sink = node.sinks[0]
+                pending[sink] = (self.net.nodes[sink].reads(state), slots)
+        if not finished:
+            return Finished.none()
+        return Finished(*(np.concatenate(parts) for parts in zip(*finished)))
+
+    def _leaf(self, name: str, slots: np.ndarray, logits: torch.Tensor):
+        labels = torch.from_numpy(self.labels[self.example[slots]]).to(self.device)
+        c_err = error_cost(logits.float(), labels, self.error_cost)
+        correct = logits.argmax(1) == labels
+        leaf = np.full(len(slots), self.net.leaf_index[name], dtype=np.int64)
+        return slots, leaf, c_err.double().cpu().numpy(), correct.cpu().numpy()

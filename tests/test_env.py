@@ -1,0 +1,321 @@
+"""The routing environments: spaces, costs, determinism, invalid actions, joint training."""
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from helpers import vector_tree
+from routing_rl.envs import JointTraining, ObservationLayout, RoutingEnv, RoutingVecEnv
+from routing_rl.envs.registration import ENV_DATASETS
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import routing_rl  # noqa: F401  (registers the ids)
+from routing_rl.costs import K_CPT_VALUES, error_cost
+from routing_rl.data import RoutingDataset, Split
+from routing_rl.evaluate import evaluate
+from routing_rl.execution import route
+from routing_rl.nets.multiscale import chain, static
+from routing_rl.nets.router import K_CPT_SCALE
+
+
+def tiny_dataset(n=24, classes=3, shape=(3, 32, 32), seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    split = Split(torch.rand(n, *shape, generator=generator), torch.randint(classes, (n,), generator=generator),
+                  torch.randint(2, (n,), generator=generator))
+    return RoutingDataset("tiny", tuple("abcdefghij"[:classes]), split, split, {})
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return tiny_dataset()
+
+
+@pytest.fixture(scope="module")
+def vectors():
+    return tiny_dataset(shape=(6,))
+
+
+def episode(env, actions, seed=None):
+    """Run one episode; returns observations, rewards, final info."""
+    obs, info = env.reset(seed=seed)
+    observations, rewards = [obs], []
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        observations.append(obs)
+        rewards.append(reward)
+        assert not truncated
+        if terminated:
+            return observations, rewards, info
+    raise AssertionError("the episode did not reach a leaf")
+
+
+def test_spaces_cover_every_junction(dataset):
+    env = RoutingEnv(dataset=dataset, train=False)
+    net = env.net
+    assert env.action_space == gym.spaces.Discrete(2)
+    assert env.observation_space.shape == (128 * 16 + len(net.junctions),)
+    assert env.observation_space.dtype == np.float32
+    obs, _ = env.reset(seed=0)
+    first = net.junctions.index("col1")
+    assert obs[2048 + first] == 1.0 and obs[2048:].sum() == 1.0
+    assert obs[16 * 16:2048].sum() == 0.0, "col1's 256-feature descriptor is zero-padded"
+    dynamic = RoutingEnv(dataset=dataset, k_cpt="dynamic", net=net, train=False)
+    assert dynamic.observation_space.shape == (2048 + len(net.junctions) + 1,)
+    for _ in range(5):
+        obs, info = dynamic.reset()
+        assert dynamic.observation_space.contains(obs)
+        assert obs[-1] == pytest.approx(info["k_cpt"] * K_CPT_SCALE) and info["k_cpt"] in K_CPT_VALUES
+
+
+@pytest.mark.parametrize("k_cpt, kind", [(4e-9, "cross_entropy"), (6.4e-8, "zero_one"), ("dynamic", "cross_entropy")])
+def test_rewards_sum_to_minus_c_inf(dataset, k_cpt, kind):
+    env = RoutingEnv(dataset=dataset, k_cpt=k_cpt, error_cost=kind, train=False)
+    rng = np.random.default_rng(0)
+    leaves = set()
+    for seed in range(6):
+        observations, rewards, info = episode(env, rng.integers(2, size=8), seed)
+        leaf = info["leaf"]
+        leaves.add(leaf)
+        assert info["macs"] == env.net.path_macs(leaf)
+        assert sum(rewards) == pytest.approx(-(info["k_cpt"] * info["macs"] + info["c_err"]), rel=1e-9, abs=1e-12)
+        assert all(isinstance(r, float) for r in rewards)
+        assert all(env.observation_space.contains(o) for o in observations)
+        assert info["label"] == int(dataset.train.labels[env.traffic.example[0]])
+        assert info["source"] in ("mnist", "cifar")
+        # c_err is the error of the leaf's logits: replay the same path with route()
+        x = dataset.train.images[env.traffic.example[:1]]
+        path = dict(env.net.path[leaf])
+
+        def follow_path(junction, path=path):
+            return torch.full((len(junction.index),), path[junction.name])
+
+        with torch.no_grad():
+            routed = route(env.net.eval(), x, follow_path)
+        label = torch.tensor([info["label"]])
+        assert info["c_err"] == pytest.approx(float(error_cost(routed.logits, label, kind)), abs=1e-5)
+        assert info["correct"] == bool(routed.pred == label)
+    assert len(leaves) > 1
+
+
+def test_eval_mode_is_deterministic_and_frozen(dataset):
+    env = RoutingEnv(dataset=dataset, train=False)
+    before = {k: v.clone() for k, v in env.net.state_dict().items()}
+    actions = [1, 1, 0]
+    runs = [episode(env, actions, seed=3) for _ in range(2)]
+    other = RoutingEnv(dataset=dataset, train=False, net=env.net)
+    runs.append(episode(other, actions, seed=3))
+    for observations, rewards, info in runs[1:]:
+        assert rewards == runs[0][1]
+        for a, b in zip(observations, runs[0][0]):
+            np.testing.assert_array_equal(a, b)
+    for key, value in env.net.state_dict().items():
+        assert torch.equal(value, before[key]), f"{key} changed in eval mode"
+
+
+def test_actions_past_the_last_sink_take_the_last(vectors):
+    net = vector_tree()  # root: 3 sinks (leafA, mid, fork); fork: 2 sinks (leafC, leafD)
+    env = RoutingEnv(dataset=vectors, net=net, train=False)
+    assert env.action_space == gym.spaces.Discrete(3)
+    assert episode(env, [2, 2], seed=0)[2]["leaf"] == episode(env, [2, 1], seed=0)[2]["leaf"] == "leafD"
+    assert episode(env, [1], seed=0)[2]["leaf"] == "leafB", "a plain node passes straight on to its sink"
+    assert episode(env, [0], seed=0)[2]["leaf"] == "leafA"
+    env.reset(seed=0)
+    for bad in (3, -1):
+        with pytest.raises(ValueError, match="actions must be sinks 0..2"):
+            env.step(bad)
+    env.step(0)
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step(0)
+
+
+def test_observation_layout_matches_an_agents_space(vectors):
+    net = vector_tree()
+    fixed, dynamic = ObservationLayout(net), ObservationLayout(net, dynamic_k_cpt=True)
+    assert ObservationLayout.matching(net, dynamic.observation_space).dynamic_k_cpt
+    assert not ObservationLayout.matching(net, fixed.observation_space).dynamic_k_cpt
+    with pytest.raises(ValueError, match="cannot route this net"):
+        ObservationLayout.matching(net, gym.spaces.Box(0, 1, (4,)))
+    with pytest.raises(ValueError, match="no junctions"):
+        ObservationLayout(static(1))
+
+
+@pytest.mark.parametrize("env_id", sorted(ENV_DATASETS))
+@pytest.mark.parametrize("train", [True, False])
+def test_checkers_pass_without_warnings_on_every_id(dataset, env_id, train):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env = gym.make(env_id, dataset=dataset, train=train)
+        gym_check_env(env.unwrapped)
+        sb3_check_env(env.unwrapped)
+    assert env.unwrapped.net.classes == 3, "the injected dataset, not the real one"
+
+
+def test_checkers_pass_with_dynamic_k_cpt_and_tree(vectors):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env = gym.make("routing_rl/HybridRouting-v0", dataset=vectors, net=vector_tree(), k_cpt="dynamic", train=False)
+        gym_check_env(env.unwrapped)
+        sb3_check_env(env.unwrapped)
+
+
+def test_vec_env_auto_resets_and_returns_sum_to_minus_c_inf(dataset):
+    n = 6
+    vec_env = RoutingVecEnv(n, dataset=dataset, train=False, seed=1)
+    net = vec_env.net
+    obs = vec_env.reset()
+    assert obs.shape == (n, vec_env.observation_space.shape[0]) and obs.dtype == np.float32
+    returns = np.zeros(n)
+    rng = np.random.default_rng(0)
+    episodes = 0
+    for _ in range(20):
+        actions = rng.integers(2, size=n)
+        new_obs, rewards, dones, infos = vec_env.step(actions)
+        assert rewards.dtype == np.float32 and dones.dtype == bool
+        returns += rewards
+        for i in np.flatnonzero(dones):
+            info = infos[i]
+            episodes += 1
+            assert returns[i] == pytest.approx(-(4e-9 * info["macs"] + info["c_err"]), rel=1e-5)
+            assert info["macs"] == net.path_macs(info["leaf"])
+            terminal = info["terminal_observation"]
+            assert terminal.shape == obs[i].shape and not terminal.any()
+            assert new_obs[i, 2048 + net.junctions.index("col1")] == 1.0, "the next episode starts at the root"
+            assert vec_env.traffic.macs[i] == net.macs["col1"] + net.router_macs["col1"]
+            returns[i] = 0.0
+    assert episodes > n
+    assert vec_env.get_attr("training") == [False] * n and vec_env.env_is_wrapped(gym.Wrapper) == [False] * n
+
+
+def test_vec_env_observations_equal_the_single_envs(dataset):
+    """Batched stepping gives each example what stepping it alone gives (eval-mode batch norm
+    treats examples on their own)."""
+    n = 5
+    vec_env = RoutingVecEnv(n, dataset=dataset, train=False, seed=2)
+    trajectory = [vec_env.reset()]
+    examples = vec_env.traffic.example.copy()
+    actions = np.ones(n, dtype=np.int64)  # on to col2, col3: no slot restarts
+    for _ in range(2):
+        trajectory.append(vec_env.step(actions)[0])
+    for slot in range(n):
+        alone = dataset.train.subset(torch.tensor([examples[slot]]))
+        single = RoutingEnv(dataset=dataset, split=alone, net=vec_env.net, train=False)
+        observations = [single.reset(seed=0)[0]]
+        for _ in range(2):
+            observations.append(single.step(1)[0])
+        for step, obs in enumerate(observations):
+            np.testing.assert_allclose(obs, trajectory[step][slot], rtol=1e-4, atol=1e-5)
+
+
+def test_seeding_through_reset_and_vec_env_seed(dataset):
+    a = RoutingVecEnv(4, dataset=dataset, train=False)
+    b = RoutingVecEnv.make("routing_rl/CIFAR2Routing-v0", num_envs=4, dataset=dataset, train=False, net=a.net)
+    a.seed(7)
+    b.seed(7)
+    np.testing.assert_array_equal(a.reset(), b.reset())
+    np.testing.assert_array_equal(a.traffic.example, b.traffic.example)
+
+
+def test_joint_training_trains_transforms_and_heads_only_in_train_mode(dataset):
+    joint = JointTraining(batch_size=4, augment=True)
+    vec_env = RoutingVecEnv(4, dataset=dataset, train=True, joint=joint, seed=0)
+    net = vec_env.net
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    vec_env.reset()
+    rng = np.random.default_rng(0)
+    while vec_env.trainer.updates < 2:
+        vec_env.step(rng.integers(2, size=4))
+    assert not net.training, "stepping and replays leave the net in eval mode"
+    changed = {k for k, v in net.state_dict().items() if not torch.equal(v, before[k])}
+    assert any(k.startswith("nodes.col1.transform.") for k in changed)
+    assert any(k.startswith("nodes.exit") for k in changed)
+    assert not any(".router." in k and "running" not in k and "num_batches" not in k for k in changed), \
+        "router weights get no gradient"
+    assert set(vec_env.trainer.last) == {"losses/c_err", "losses/c_mod", "charts/lr"}
+    assert vec_env.trainer.lr() == pytest.approx(0.1 * 0.5 ** (2 / joint.lr_half_life))
+
+    vec_env.eval()
+    frozen = {k: v.clone() for k, v in net.state_dict().items()}
+    for _ in range(10):
+        vec_env.step(rng.integers(2, size=4))
+    assert all(torch.equal(v, frozen[k]) for k, v in net.state_dict().items())
+
+    state = vec_env.trainer.state_dict()
+    fresh = RoutingVecEnv(4, dataset=dataset, net=net, train=True, joint=joint).trainer
+    fresh.load_state_dict(state, strict=True)
+    assert fresh.updates == 2 and fresh.lr() == vec_env.trainer.lr()
+
+
+def test_gymnasium_vector_env_same_step_autoreset(dataset):
+    envs = gym.make_vec("routing_rl/HybridRouting-v0", num_envs=5, dataset=dataset, train=False)
+    assert type(envs).__name__ == "RoutingVectorEnv"
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+    obs, infos = envs.reset(seed=0)
+    assert obs.shape == (5, envs.single_observation_space.shape[0]) and infos["_macs"].all()
+    returns = np.zeros(5)
+    ended_any = False
+    for _ in range(6):
+        obs, rewards, terminated, truncated, infos = envs.step(np.zeros(5, dtype=np.int64))
+        returns += rewards
+        assert not truncated.any()
+        if terminated.any():
+            ended_any = True
+            final = infos["final_info"]
+            np.testing.assert_array_equal(infos["_final_obs"], terminated)
+            for i in np.flatnonzero(terminated):
+                assert final["leaf"][i] == "exit1"
+                assert returns[i] == pytest.approx(-(4e-9 * final["macs"][i] + final["c_err"][i]), rel=1e-9)
+                assert not infos["final_obs"][i].any()
+            returns[terminated] = 0.0
+    assert ended_any
+
+
+def test_decide_routes_like_the_env(dataset):
+    """An agent that exits at col2 and continues elsewhere: the evaluator's MACs and the
+    env's observations agree with what the env does."""
+    env = RoutingEnv(dataset=dataset, train=False)
+    net = env.net
+    exit_at = 2048 + net.junctions.index("col2")
+
+    class ExitAtCol2:
+        observation_space = env.observation_space
+
+        def __init__(self):
+            self.seen = []
+
+        def predict(self, observations, deterministic=False):
+            assert deterministic
+            self.seen.append(observations)
+            return (observations[:, exit_at] != 1).astype(np.int64), None  # exit (0) at col2 only
+
+    from routing_rl.agents.sb3 import sb3_decide
+
+    agent = ExitAtCol2()
+    result = evaluate(net, dataset.test, 4e-9, decide=sb3_decide(agent, net, 4e-9))
+    assert result["mean_macs"] == net.path_macs("exit2")
+    assert result["leaves"]["exit2"]["fraction"] == 1.0
+    obs, _ = env.reset(seed=0)
+    example = env.traffic.example[0]
+    first_batch = agent.seen[0]
+    np.testing.assert_allclose(first_batch[example], obs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_real_hybrid_env_makes_and_steps(real_data_dir, real_cache_dir, monkeypatch):
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(real_cache_dir))
+    env = gym.make("routing_rl/HybridRouting-v0", train=False)
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    _, _, terminated, _, info = env.step(0)
+    assert terminated and info["leaf"] == "exit1" and info["source"] in ("mnist", "cifar")
+
+
+def test_net_and_dataset_must_agree(dataset):
+    with pytest.raises(ValueError, match="predicts 10 classes, the dataset has 3"):
+        RoutingEnv(dataset=dataset, net=chain())
+    with pytest.raises(ValueError, match="k_cpt must be"):
+        RoutingEnv(dataset=dataset, k_cpt=-1)
+    with pytest.raises(ValueError, match="unknown error cost"):
+        RoutingEnv(dataset=dataset, error_cost="hinge")

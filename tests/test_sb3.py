@@ -1,0 +1,142 @@
+"""SB3 baselines: short training runs on tiny synthetic data, saving, loading, evaluation."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+from routing_rl.agents.sb3 import (
+    ALGORITHMS,
+    latest_checkpoint,
+    load_sb3,
+    sb3_decide,
+    train_sb3,
+)
+from routing_rl.envs import JointTraining, RoutingVecEnv
+from stable_baselines3 import DQN, PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecMonitor
+
+from routing_rl.config import make_config
+from routing_rl.data import RoutingDataset, Split
+from routing_rl.evaluate import evaluate
+
+SHORT = {  # SB3 settings that let a few hundred environment steps exercise every update
+    "dqn": {"learning_starts": 32, "buffer_size": 512, "batch_size": 16, "target_update_interval": 64},
+    "ppo": {"n_steps": 8},
+    "a2c": {"n_steps": 4},
+}
+
+
+def tiny_dataset(n=48, classes=3, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    split = Split(torch.rand(n, 3, 32, 32, generator=generator), torch.randint(classes, (n,), generator=generator),
+                  torch.randint(2, (n,), generator=generator))
+    return RoutingDataset("tiny", tuple("abc"[:classes]), split, split, {})
+
+
+def short_config(agent, **overrides):
+    values = dict(agent=agent, iterations=256, batch_size=16, eval_every=128, checkpoint_every=128,
+                  eval_examples=8, extra={"n_envs": 8, "sb3": SHORT[agent]})
+    return make_config("smoke", **{**values, **overrides})
+
+
+class CountSteps(BaseCallback):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def _on_step(self) -> bool:
+        self.calls += 1
+        return True
+
+
+@pytest.mark.parametrize("agent", ["dqn", "ppo", "a2c"])
+def test_short_training_runs_logs_checkpoints_and_evaluates(tmp_path, agent):
+    dataset = tiny_dataset()
+    counter = CountSteps()
+    result = train_sb3(short_config(agent), dataset, tmp_path, torch.device("cpu"), callbacks=[counter])
+    assert isinstance(result.model, ALGORITHMS[agent])
+    assert result.model.num_timesteps >= 256 and counter.calls >= 256 // 8
+    assert result.net is result.model.routed_net
+    assert result.model.feature_trainer.updates > 0, "the env trained the feature network"
+
+    assert [entry["iteration"] for entry in result.history] == [128, 256]
+    assert json.loads((tmp_path / "sb3_history.json").read_text()) == result.history
+    (test,) = result.evaluations(dataset.test)
+    assert 0.0 <= test["accuracy"] <= 1.0 and test["k_cpt"] == 4e-9
+    assert min(result.net.leaf_macs) <= test["mean_macs"] <= max(result.net.leaf_macs)
+    assert sum(leaf["fraction"] for leaf in test["leaves"].values()) == pytest.approx(1.0)
+
+    assert (tmp_path / "model.zip").is_file() and (tmp_path / "best_model.zip").is_file()
+    assert latest_checkpoint(tmp_path).name == f"{agent}_256_steps.zip"
+    assert list(tmp_path.glob("events.out.tfevents.*"))
+    with open(tmp_path / "progress.csv") as f:
+        columns = next(csv.reader(f))
+    for tag in ("charts/train_accuracy", "charts/train_mean_macs", "losses/c_err", "charts/lr",
+                "charts/val_accuracy", "charts/val_mean_macs", "rollout/ep_rew_mean", "eval/mean_reward"):
+        assert tag in columns, tag
+    if agent == "dqn":
+        assert "charts/epsilon" in columns
+
+    model, net = load_sb3(tmp_path / "model.zip")
+    assert type(model) is ALGORITHMS[agent]
+    for key, value in result.net.state_dict().items():
+        assert torch.equal(net.state_dict()[key], value), key
+    assert model.feature_trainer.updates == result.model.feature_trainer.updates
+    again = evaluate(net, dataset.test, 4e-9, sb3_decide(model, net, 4e-9))
+    assert again["accuracy"] == test["accuracy"] and again["mean_macs"] == test["mean_macs"]
+
+
+def test_dqn_maps_eps_greedy_and_gamma_one(tmp_path):
+    config = short_config("dqn", policy="eps-greedy", epsilon=0.05, iterations=64)
+    model = train_sb3(config, tiny_dataset(), tmp_path, torch.device("cpu")).model
+    assert isinstance(model, DQN)
+    assert model.exploration_final_eps == 0.05 and model.exploration_initial_eps == 1.0
+    assert model.gamma == 1.0
+
+
+def test_resume_continues_from_the_newest_checkpoint(tmp_path):
+    dataset = tiny_dataset()
+    first = train_sb3(short_config("a2c", iterations=128), dataset, tmp_path, torch.device("cpu"))
+    updates = first.model.feature_trainer.updates
+    resumed = train_sb3(short_config("a2c", iterations=256), dataset, tmp_path, torch.device("cpu"), resume=True)
+    assert resumed.model.num_timesteps >= 256
+    assert resumed.model.feature_trainer.updates > updates, "the feature optimiser's step count carried over"
+    assert resumed.history[0]["iteration"] == 128
+
+
+def test_dynamic_k_cpt_agent_is_judged_at_every_cost(tmp_path):
+    result = train_sb3(short_config("ppo", k_cpt="dynamic", iterations=64), tiny_dataset(), tmp_path,
+                       torch.device("cpu"))
+    assert result.model.observation_space.shape[0] == 2048 + 7 + 1
+    evaluations = result.evaluations(tiny_dataset().test)
+    assert [e["k_cpt"] for e in evaluations] == result.k_cpts and len(evaluations) == 8
+
+
+def test_load_into_an_env_shares_its_net_and_trainer(tmp_path):
+    dataset = tiny_dataset()
+    train_sb3(short_config("ppo", iterations=64), dataset, tmp_path, torch.device("cpu"))
+    env = RoutingVecEnv(8, dataset=dataset, train=True)
+    model, net = load_sb3(tmp_path / "model.zip", env=env, device="cpu")
+    assert net is env.net and model.feature_trainer is env.trainer
+    model.learn(32)
+    obs = env.reset()
+    actions, _ = model.predict(obs, deterministic=True)
+    assert actions.shape == (8,) and np.all(actions < 2)
+
+
+def test_plain_sb3_algorithms_take_the_vec_env_directly():
+    dataset = tiny_dataset()
+    env = VecMonitor(RoutingVecEnv(4, dataset=dataset, train=True, joint=JointTraining(batch_size=8), seed=0))
+    model = PPO("MlpPolicy", env, n_steps=8, batch_size=16, n_epochs=1, seed=0).learn(64)
+    assert model.num_timesteps == 64 and env.unwrapped.trainer.updates > 0
+    net = env.unwrapped.net
+    result = evaluate(net, dataset.test, 4e-9, sb3_decide(model, net, 4e-9))
+    assert 0.0 <= result["accuracy"] <= 1.0
+
+
+def test_train_sb3_rejects_other_agents(tmp_path):
+    with pytest.raises(ValueError, match="train_sb3 trains dqn, ppo, a2c"):
+        train_sb3(make_config("smoke", agent="critic"), tiny_dataset(), tmp_path, torch.device("cpu"))
