@@ -28,6 +28,7 @@ EXIT_FRACTIONS = {"col1": 0.5, "col3": 0.5}
 """Junction -> fraction of the examples reaching it that exit there; other junctions continue."""
 
 
+@torch.no_grad()
 def set_exit_fractions(net, x: torch.Tensor, fractions: dict[str, float], seed: int = 0) -> None:
     """Point each 2-way router at a data-dependent split: for the examples that reach junction
     j, a random projection of the router's hidden features decides, exiting for the top
