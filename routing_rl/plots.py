@@ -155,6 +155,8 @@ def node_link_figure(rows: Sequence[tuple[str, dict, dict]]) -> Figure:
         ax_accuracy.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
     axes[0, 0].set_title("accuracy at each exit (area: share of examples)", fontsize=9)
     axes[0, 1].set_title("what exits there (blue: MNIST digits / low class, red: CIFAR / high class)", fontsize=9)
+    for ax in axes[:-1].flat:
+        ax.tick_params(labelbottom=False)
     axes[-1, 0].set_xlabel("column")
     axes[-1, 1].set_xlabel("column")
     for column, scatter in enumerate(scatters):
