@@ -21,6 +21,8 @@ from routing_rl.data import Split, augment
 from routing_rl.evaluate import evaluate
 from routing_rl.monitor import Monitor, evaluation_scalars
 
+HISTOGRAM_EXAMPLES = 512
+"""Validation examples whose router scores are drawn as histograms at each evaluation."""
 LOG_EVERY = 10
 """Iterations between TensorBoard scalar writes: often enough for smooth curves, rarely
 enough that logging stays off the profile."""
@@ -68,7 +70,8 @@ class TrainingState:
 
 
 def validate(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None) -> dict:
-    """Evaluate on the validation split at every k_cpt the learner is judged at."""
+    """Evaluate on the validation split at every k_cpt the learner is judged at; log the
+    results and histograms of the router scores on the first validation examples."""
     entry = {"iteration": iteration, "evaluations": []}
     for k_cpt in learner.eval_k_cpts():
         result = evaluate(learner.net, validation, k_cpt, learner.decide(k_cpt))
@@ -76,6 +79,12 @@ def validate(learner: Learner, validation: Split, iteration: int, monitor: Monit
         if monitor is not None:
             suffix = "" if len(learner.eval_k_cpts()) == 1 else f"_k{k_cpt:g}"
             monitor.scalars(evaluation_scalars(result, "val" + suffix), iteration)
+    if monitor is not None and learner.net.junctions:
+        learner.net.eval()
+        with torch.no_grad():
+            images = validation.images[:HISTOGRAM_EXAMPLES].to(learner.device)
+            scores = learner.net(images, learner.eval_k_cpts()[0]).scores
+        monitor.histograms({f"routing/scores/{junction}": s for junction, s in scores.items()}, iteration)
     return entry
 
 

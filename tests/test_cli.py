@@ -16,6 +16,7 @@ from routing_rl import runs
 from routing_rl.cli import main
 from routing_rl.config import AGENTS
 from routing_rl.figures import write_figures
+from routing_rl.sweep import run_sweep, sweep_configs
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "experiments" / "train_agent.py"
@@ -43,9 +44,9 @@ def smoke_args(tiny_data, logdir, agent, *extra):
 def tags(run_dir: Path) -> set[str]:
     found = set()
     for events in run_dir.glob("**/events.out.tfevents.*"):
-        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0, "images": 0})
+        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0, "images": 0, "histograms": 0})
         accumulator.Reload()
-        found |= set(accumulator.Tags()["scalars"]) | set(accumulator.Tags()["images"])
+        found |= set(accumulator.Tags()["scalars"]) | set(accumulator.Tags()["images"]) | set(accumulator.Tags()["histograms"])
     return found
 
 
@@ -89,6 +90,21 @@ def test_tensorboard_has_the_main_tags(tiny_data, cache, tmp_path, capsys):
                 "charts/val_mean_macs", "charts/examples_per_second", "routing/val_fraction/exit1"):
         assert tag in found, f"{tag} missing from {sorted(found)}"
     assert any(tag.startswith("figures/node_link") for tag in found)
+    assert "routing/scores/col1" in found
+
+
+def test_sweep_skips_finished_runs_and_resumes_interrupted_ones(tiny_data, cache, tmp_path):
+    overrides = dict(iterations=2, eval_every=1, checkpoint_every=1, data_dir=str(tiny_data), download=False,
+                     validation_fraction=0.4, logdir=str(tmp_path))
+    configs = sweep_configs(["actor"], [0.0, 4e-9], static_columns=[1], preset="smoke", **overrides)
+    assert [c.run_name for c in configs] == ["static-static-1-k4e-09-s0", "actor-chain-k0-s0", "actor-chain-k4e-09-s0"]
+    log = []
+    run_dirs = run_sweep(configs, log.append)
+    assert all((d / "metrics.json").is_file() for d in run_dirs)
+    (run_dirs[1] / "metrics.json").unlink()
+    log.clear()
+    run_sweep(configs, log.append)
+    assert [line.split(": ")[1] for line in log if line.startswith("[")] == ["complete, skipped", "resuming", "complete, skipped"]
 
 
 def test_dynamic_k_cpt_run_reports_every_k_cpt(tiny_data, cache, tmp_path, capsys):
