@@ -60,6 +60,7 @@ from routing_rl.evaluate import evaluate
 from routing_rl.execution import Decide, Junction
 from routing_rl.graph import RoutedNet
 from routing_rl.nets.multiscale import build
+from routing_rl.runs import training_splits
 
 SB3_DEFAULTS = {
     "dqn": dict(learning_rate=1e-3, buffer_size=20_000, learning_starts=1_000, batch_size=128, train_freq=1,
@@ -174,18 +175,6 @@ def load_sb3(path: str | Path, env: RoutingVecEnv | None = None, device: str | t
     return model, model.routed_net
 
 
-def _splits(config: TrainConfig, dataset: RoutingDataset) -> tuple[Split, Split]:
-    """(train part, validation part), as :func:`routing_rl.runs.prepare_data` makes them."""
-    train_part, validation = dataset.validation_split(config.validation_fraction, config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
-    validation = validation.subset(torch.randperm(len(validation), generator=generator))
-    if config.train_examples is not None and config.train_examples < len(train_part):
-        train_part = train_part.subset(torch.arange(config.train_examples))
-    if config.eval_examples is not None and config.eval_examples < len(validation):
-        validation = validation.subset(torch.arange(config.eval_examples))
-    return train_part, validation
-
-
 def _algorithm_kwargs(config: TrainConfig, n_envs: int) -> dict:
     kwargs = dict(SB3_DEFAULTS[config.agent], gamma=1.0)
     if config.agent == "dqn":
@@ -217,7 +206,7 @@ def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, devic
         raise ValueError(f"train_sb3 trains {', '.join(SB3_AGENTS)}, not {config.agent!r}")
     run_dir = Path(run_dir)
     torch.manual_seed(config.seed)
-    train_part, validation = _splits(config, dataset)
+    train_part, validation, _ = training_splits(config, dataset)
     n_envs = int(config.extra.get("n_envs", 64))
     net = build(config.arch, config.width, len(dataset.classes)).to(device)
     env_kwargs = dict(dataset=dataset, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost)

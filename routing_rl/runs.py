@@ -91,9 +91,9 @@ def limit(split: Split, examples: int | None) -> Split:
     return split if examples is None or examples >= len(split) else split.subset(torch.arange(examples))
 
 
-def prepare_data(config: TrainConfig) -> tuple[RoutingDataset, Split, Split, Split]:
-    """(dataset, train part, validation part, test) as the config asks."""
-    dataset = load_dataset(dataset_name(config), data_dir=config.data_dir, download=config.download)
+def training_splits(config: TrainConfig, dataset: RoutingDataset) -> tuple[Split, Split, Split]:
+    """(train part, validation part, test) of ``dataset`` as the config asks: the validation
+    part held out of the training split, validation and test shuffled (seeded) and capped."""
     train_part, validation = dataset.validation_split(config.validation_fraction, config.seed)
     if not len(validation) or not len(train_part):
         raise RunError(
@@ -103,7 +103,13 @@ def prepare_data(config: TrainConfig) -> tuple[RoutingDataset, Split, Split, Spl
     generator = torch.Generator().manual_seed(config.seed)
     validation = validation.subset(torch.randperm(len(validation), generator=generator))
     test = dataset.test.subset(torch.randperm(len(dataset.test), generator=generator))
-    return dataset, limit(train_part, config.train_examples), limit(validation, config.eval_examples), limit(test, config.eval_examples)
+    return limit(train_part, config.train_examples), limit(validation, config.eval_examples), limit(test, config.eval_examples)
+
+
+def prepare_data(config: TrainConfig) -> tuple[RoutingDataset, Split, Split, Split]:
+    """(dataset, train part, validation part, test) as the config asks."""
+    dataset = load_dataset(dataset_name(config), data_dir=config.data_dir, download=config.download)
+    return (dataset, *training_splits(config, dataset))
 
 
 def train(config: TrainConfig | None = None, resume: Path | None = None, overwrite: bool = False) -> dict:
