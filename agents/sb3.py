@@ -101,15 +101,15 @@ class RoutedNetSaving:
 
 
 class RoutingDQN(RoutedNetSaving, DQN):
-    pass
+    """SB3's DQN, whose saved zip also holds the routed net and its feature trainer."""
 
 
 class RoutingPPO(RoutedNetSaving, PPO):
-    pass
+    """SB3's PPO, whose saved zip also holds the routed net and its feature trainer."""
 
 
 class RoutingA2C(RoutedNetSaving, A2C):
-    pass
+    """SB3's A2C, whose saved zip also holds the routed net and its feature trainer."""
 
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"dqn": RoutingDQN, "ppo": RoutingPPO, "a2c": RoutingA2C}

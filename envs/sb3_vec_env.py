@@ -91,7 +91,7 @@ class RoutingVecEnv(VecEnv):
         return self.traffic.observe(), rewards.astype(np.float32), dones, infos
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the examples in flight live in this process's tensors."""
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list:
         return [getattr(self, attr_name)] * len(self._get_indices(indices))
