@@ -86,6 +86,15 @@ def read_run(run_dir: Path) -> TrainConfig:
     return TrainConfig.from_json(path.read_text())
 
 
+def has_checkpoint(run_dir: Path, config: TrainConfig) -> bool:
+    """Whether a run can resume: the learner's checkpoint.pt, or an SB3 agent's newest zip."""
+    if config.agent in SB3_AGENTS:
+        from routing_rl.agents.sb3 import latest_checkpoint
+
+        return latest_checkpoint(run_dir) is not None
+    return (Path(run_dir) / CHECKPOINT_FILE).is_file()
+
+
 def limit(split: Split, examples: int | None) -> Split:
     """The first ``examples`` of a split (all of it for None); splits are already shuffled by class."""
     return split if examples is None or examples >= len(split) else split.subset(torch.arange(examples))
@@ -117,7 +126,7 @@ def train(config: TrainConfig | None = None, resume: Path | None = None, overwri
     if resume is not None:
         run_dir = Path(resume)
         config = read_run(run_dir)
-        if not (run_dir / CHECKPOINT_FILE).is_file():
+        if not has_checkpoint(run_dir, config):
             raise RunError(f"{run_dir} has no {CHECKPOINT_FILE} to resume from; start it again without --resume")
     else:
         if config is None:

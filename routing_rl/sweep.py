@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from routing_rl.config import TrainConfig, make_config
-from routing_rl.runs import CHECKPOINT_FILE, METRICS_FILE, train
+from routing_rl.runs import METRICS_FILE, has_checkpoint, train
 
 
 def run_name(config: TrainConfig) -> str:
@@ -50,7 +50,7 @@ def run_sweep(configs: list[TrainConfig], log=print) -> list[Path]:
         if (run_dir / METRICS_FILE).is_file():
             log(f"[{i}/{len(configs)}] {config.run_name}: complete, skipped")
             continue
-        if (run_dir / CHECKPOINT_FILE).is_file():
+        if has_checkpoint(run_dir, config):
             log(f"[{i}/{len(configs)}] {config.run_name}: resuming")
             metrics = train(resume=run_dir)
         else:

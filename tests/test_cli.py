@@ -184,3 +184,11 @@ def test_run_directory_names_a_missing_checkpoint(tmp_path):
     (tmp_path / "config.json").write_text(runs.TrainConfig().to_json())
     with pytest.raises(runs.RunError, match="no checkpoint.pt to resume from"):
         runs.train(resume=tmp_path)
+
+
+def test_an_sb3_run_resumes_from_its_newest_zip(tiny_data, cache, tmp_path, capsys):
+    assert main(smoke_args(tiny_data, tmp_path, "a2c")) == 0
+    run_dir = tmp_path / "a2c"
+    (run_dir / "metrics.json").unlink()
+    assert main(["--resume", str(run_dir)]) == 0
+    assert (run_dir / "metrics.json").is_file()
