@@ -15,7 +15,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 from routing_rl.envs.factory import make_traffic
-from routing_rl.envs.traffic import Finished, Traffic
+from routing_rl.envs.traffic import Finished, Traffic, TrafficControls
 
 from routing_rl.data import SOURCES
 
@@ -37,7 +37,7 @@ def slot_infos(traffic: Traffic) -> dict[str, np.ndarray]:
     }, everyone)
 
 
-class RoutingVectorEnv(VectorEnv):
+class RoutingVectorEnv(TrafficControls, VectorEnv):
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, num_envs: int, **kwargs):
@@ -47,18 +47,6 @@ class RoutingVectorEnv(VectorEnv):
         self.single_action_space = self.traffic.layout.action_space
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-
-    @property
-    def net(self):
-        return self.traffic.net
-
-    def train(self, mode: bool = True) -> RoutingVectorEnv:
-        """Joint training of the feature network on (True) or off (False), like ``nn.Module``."""
-        self.traffic.training = bool(mode)
-        return self
-
-    def eval(self) -> RoutingVectorEnv:
-        return self.train(False)
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
         super().reset(seed=seed[0] if isinstance(seed, (list, tuple)) else seed)

@@ -23,10 +23,10 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 from routing_rl.envs.factory import make_traffic
-from routing_rl.envs.traffic import Finished
+from routing_rl.envs.traffic import Finished, TrafficControls
 
 
-class RoutingEnv(gym.Env):
+class RoutingEnv(TrafficControls, gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, **kwargs):
@@ -34,22 +34,6 @@ class RoutingEnv(gym.Env):
         self.layout = self.traffic.layout
         self.observation_space = self.layout.observation_space
         self.action_space = self.layout.action_space
-
-    @property
-    def net(self):
-        return self.traffic.net
-
-    @property
-    def training(self) -> bool:
-        return self.traffic.training
-
-    def train(self, mode: bool = True) -> RoutingEnv:
-        """Joint training of the feature network on (True) or off (False), like ``nn.Module``."""
-        self.traffic.training = bool(mode)
-        return self
-
-    def eval(self) -> RoutingEnv:
-        return self.train(False)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 from routing_rl.envs.factory import make_traffic
-from routing_rl.envs.traffic import Finished
+from routing_rl.envs.traffic import Finished, TrafficControls
 from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnv,
     VecEnvIndices,
@@ -31,7 +31,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 
-class RoutingVecEnv(VecEnv):
+class RoutingVecEnv(TrafficControls, VecEnv):
     render_mode = None
 
     def __init__(self, num_envs: int, seed: int | None = None, **kwargs):
@@ -45,26 +45,6 @@ class RoutingVecEnv(VecEnv):
     def make(cls, env_id: str, num_envs: int, seed: int | None = None, **kwargs) -> RoutingVecEnv:
         """The batched version of ``gym.make(env_id, **kwargs)`` for a ``routing_rl/`` id."""
         return cls(num_envs, seed=seed, **{**gym.spec(env_id).kwargs, **kwargs})
-
-    @property
-    def net(self):
-        return self.traffic.net
-
-    @property
-    def trainer(self):
-        return self.traffic.trainer
-
-    @property
-    def training(self) -> bool:
-        return self.traffic.training
-
-    def train(self, mode: bool = True) -> RoutingVecEnv:
-        """Joint training of the feature network on (True) or off (False), like ``nn.Module``."""
-        self.traffic.training = bool(mode)
-        return self
-
-    def eval(self) -> RoutingVecEnv:
-        return self.train(False)
 
     def reset(self):
         seed = next((s for s in self._seeds if s is not None), None)

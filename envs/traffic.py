@@ -220,3 +220,30 @@ class Traffic:
         correct = logits.argmax(1) == labels
         leaf = np.full(len(slots), self.net.leaf_index[name], dtype=np.int64)
         return slots, leaf, c_err.double().cpu().numpy(), correct.cpu().numpy()
+
+
+class TrafficControls:
+    """What every routing env exposes of its :class:`Traffic`: the net, its feature trainer,
+    and the ``nn.Module``-like switch of joint training (``train()`` / ``eval()``)."""
+
+    traffic: Traffic
+
+    @property
+    def net(self) -> RoutedNet:
+        return self.traffic.net
+
+    @property
+    def trainer(self) -> FeatureTrainer | None:
+        return self.traffic.trainer
+
+    @property
+    def training(self) -> bool:
+        return self.traffic.training
+
+    def train(self, mode: bool = True):
+        """Joint training of the feature network on (True) or off (False), like ``nn.Module``."""
+        self.traffic.training = bool(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
