@@ -78,14 +78,21 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _int_at_least(minimum: int, expected: str):
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return convert
+
+
+_positive_int = _int_at_least(1, "a positive integer")
+_non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
 def _number(text: str) -> float:
@@ -108,6 +115,8 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
             converter = str
         elif kind is bool:
             converter = _bool
+        elif field.name == "seed":
+            converter = _non_negative_int
         elif kind is int or field.name in ("eval_examples", "train_examples"):
             converter = _positive_int
         elif kind is float or field.name == "tau":

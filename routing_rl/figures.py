@@ -6,7 +6,9 @@
   dynamic-k_cpt net's curve, threshold budgets, SB3 baselines);
 * ``node_link.png`` — one row per run with routing (fixed k_cpt), plus one per k_cpt for
   dynamic-k_cpt nets;
-* ``routing_heatmap.png`` / ``.csv`` — validation exits over training, per routed run.
+* ``routing_heatmap.png`` / ``.csv`` — validation exits over training, per routed run;
+* ``report.md`` — the table of test points against the static curve, the reproduction's
+  targets and the exits by source (:mod:`routing_rl.report`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from routing_rl.plots import accuracy_macs_figure, node_link_figure, routing_heatmap_figure, write_csv
+from routing_rl.report import markdown_report
 from routing_rl.runs import METRICS_FILE
 
 SERIES = {
@@ -84,7 +87,8 @@ def write_figures(run_dirs: list[Path], out_dir: Path, title: str = "") -> list[
     figure = accuracy_macs_figure(points, title)
     figure.savefig(out_dir / "accuracy_macs.png", dpi=120)
     plt.close(figure)
-    written += [out_dir / "accuracy_macs.csv", out_dir / "accuracy_macs.png"]
+    (out_dir / "report.md").write_text(markdown_report(runs, points))
+    written += [out_dir / "accuracy_macs.csv", out_dir / "accuracy_macs.png", out_dir / "report.md"]
 
     routed = [run for run in runs if run["structure"]["junctions"]]
     rows = []

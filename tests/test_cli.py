@@ -155,6 +155,7 @@ def test_existing_run_is_never_overwritten_silently(tiny_data, cache, tmp_path, 
         (["--iterations", "0"], "expected a positive integer, got '0'"),
         (["--iterations", "many"], "expected a positive integer, got 'many'"),
         (["--batch-size", "-5"], "expected a positive integer, got '-5'"),
+        (["--seed", "-1"], "expected an integer >= 0, got '-1'"),
         (["--resume", "/nonexistent/run"], "is not a run directory"),
     ],
 )
@@ -165,6 +166,13 @@ def test_user_mistakes_end_with_one_line_and_status_2(args, message, tmp_path):
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_seed_zero_is_a_valid_seed():
+    from routing_rl.cli import build_parser, config_from_args
+
+    config = config_from_args(build_parser().parse_args(["--seed", "0", "--preset", "smoke"]))
+    assert config.seed == 0
 
 
 def test_figures_from_smoke_runs(tiny_data, cache, tmp_path, capsys):

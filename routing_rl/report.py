@@ -1,0 +1,105 @@
+"""The reproduction report: every run's test points measured against the static nets.
+
+A routed net is judged the way the paper's Fig. 5 judges it: against the accuracy/MAC
+curve of the static nets, linear between neighbouring static points. ``margin`` is a
+point's accuracy minus the static curve's accuracy at the same mean MACs (in accuracy
+points, ×100); it is ``None`` left of the cheapest static net, where the curve says
+nothing. Right of the most expensive static net the curve is flat at that net's accuracy.
+
+``markdown_report(runs)`` writes the table of the closing notes: accuracy, MACs and margin
+of every point, the two targets of the reproduction, and for every routed net how many
+test images of each source (MNIST/CIFAR) leave at each exit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from routing_rl.data import SOURCES
+
+
+def static_curve(points: Sequence[dict]) -> list[tuple[float, float]]:
+    """(mean MACs, accuracy) of the static nets' points, in order of MACs."""
+    return sorted((p["mean_macs"], p["accuracy"]) for p in points if p["series"] == "static nets")
+
+
+def static_accuracy_at(curve: Sequence[tuple[float, float]], macs: float) -> float | None:
+    """The static curve's accuracy at ``macs`` MACs per example (see the module docstring)."""
+    if not curve or macs < curve[0][0]:
+        return None
+    for (left_macs, left_acc), (right_macs, right_acc) in zip(curve, curve[1:]):
+        if macs <= right_macs:
+            share = (macs - left_macs) / (right_macs - left_macs) if right_macs > left_macs else 1.0
+            return left_acc + share * (right_acc - left_acc)
+    return curve[-1][1]
+
+
+def margin(curve: Sequence[tuple[float, float]], point: dict) -> float | None:
+    """Accuracy points (×100) above the static curve at the point's MACs."""
+    static = static_accuracy_at(curve, point["mean_macs"])
+    return None if static is None else 100 * (point["accuracy"] - static)
+
+
+def targets(points: Sequence[dict], series: str = "actor") -> dict:
+    """The reproduction's two targets for the points of ``series`` (fixed-k_cpt nets).
+
+    ``all_above``: every point lies above the static curve. ``cheap_match``: the points
+    within 0.5 accuracy point of the best static net at no more than half its MACs.
+    """
+    curve = static_curve(points)
+    if not curve:
+        raise ValueError("no static nets among the runs: train static-N nets to compare against (--agent static)")
+    best_macs, best_acc = max(curve, key=lambda c: (c[1], -c[0]))
+    mine = [p for p in points if p["series"] == series]
+    margins = [margin(curve, p) for p in mine]
+    return {
+        "best_static": {"accuracy": best_acc, "mean_macs": best_macs},
+        "all_above": bool(mine) and all(m is not None and m > 0 for m in margins),
+        "cheap_match": [p["run"] for p in mine if p["accuracy"] >= best_acc - 0.005 and p["mean_macs"] <= best_macs / 2],
+    }
+
+
+def exits_by_source(run: dict) -> list[tuple[str, list[tuple[str, dict]]]]:
+    """Per test evaluation of a routed run: (label, [(leaf, {source: count})]), leaves in
+    the order of the net, leaves that no example reached left out."""
+    rows = []
+    for evaluation in run["test"]:
+        label = evaluation.get("label") or f"k_cpt={evaluation.get('k_cpt')}"
+        leaves = [(leaf, v["by_source"]) for leaf, v in evaluation["leaves"].items() if v["count"]]
+        rows.append((label, leaves))
+    return rows
+
+
+def _macs(value: float) -> str:
+    return f"{value / 1e6:.2f}M"
+
+
+def markdown_report(runs: Sequence[dict], points: Sequence[dict]) -> str:
+    """The table of test points, the targets and the exits by source, as Markdown.
+
+    runs: ``metrics.json`` contents; points: their test points
+    (:func:`routing_rl.figures.test_points`).
+    """
+    curve = static_curve(points)
+    lines = ["| series | run | point | test accuracy | mean MACs | vs static curve (pts) |", "|---|---|---|---|---|---|"]
+    for p in sorted(points, key=lambda p: (p["series"], p["mean_macs"])):
+        m = margin(curve, p) if curve else None
+        point = p["label"] or (f"k_cpt={p['k_cpt']}" if p["k_cpt"] is not None else "")
+        shown = "—" if m is None or p["series"] == "static nets" else f"{m:+.2f}"
+        lines.append(f"| {p['series']} | {p['run']} | {point} | {100 * p['accuracy']:.2f}% | {_macs(p['mean_macs'])} | {shown} |")
+    if curve:
+        goal = targets(points)
+        best = goal["best_static"]
+        lines += [
+            "",
+            f"Best static net: {100 * best['accuracy']:.2f}% at {_macs(best['mean_macs'])} MACs.",
+            f"Every actor chain above the static curve: {'yes' if goal['all_above'] else 'no'}.",
+            "Actor chains within 0.5 pt of it at <= half its MACs: " + (", ".join(goal["cheap_match"]) or "none") + ".",
+        ]
+    routed = [run for run in runs if run["structure"]["junctions"]]
+    for run in routed:
+        lines += ["", f"Test images leaving at each exit, {run['run']} ({' / '.join(SOURCES)}):", ""]
+        for label, leaves in exits_by_source(run):
+            cells = ", ".join(f"{leaf} {' / '.join(str(counts[s]) for s in SOURCES)}" for leaf, counts in leaves)
+            lines.append(f"- {label}: {cells}")
+    return "\n".join(lines) + "\n"
