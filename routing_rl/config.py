@@ -31,6 +31,8 @@ EXECUTIONS = ("full", "sampled")
 PRESETS = ("smoke", "quick", "cpu-small", "paper")
 DEFAULT_PRESET = "quick"
 SB3_AGENTS = ("dqn", "ppo", "a2c")
+RESUME_OVERRIDES = ("device", "data_dir", "download")
+"""Settings of the machine, not of the experiment: the only ones a resumed run may change."""
 
 AGENT_POLICIES = {
     "static": (),

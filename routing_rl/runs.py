@@ -13,6 +13,7 @@ A run directory holds::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -23,7 +24,7 @@ import gymnasium as gym
 import torch
 
 from routing_rl.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
-from routing_rl.config import SB3_AGENTS, TrainConfig
+from routing_rl.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
 from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.describe import summary
 from routing_rl.evaluate import evaluate
@@ -121,11 +122,23 @@ def prepare_data(config: TrainConfig) -> tuple[RoutingDataset, Split, Split, Spl
     return (dataset, *training_splits(config, dataset))
 
 
-def train(config: TrainConfig | None = None, resume: Path | None = None, overwrite: bool = False) -> dict:
-    """Run training to the end and return the final metrics (also written to metrics.json)."""
+def train(
+    config: TrainConfig | None = None, resume: Path | None = None, overwrite: bool = False, overrides: dict | None = None
+) -> dict:
+    """Run training to the end and return the final metrics (also written to metrics.json).
+
+    A resumed run keeps its saved config; ``overrides`` may change only the machine's
+    settings (:data:`~routing_rl.config.RESUME_OVERRIDES`), e.g. to continue on another device.
+    """
     if resume is not None:
         run_dir = Path(resume)
         config = read_run(run_dir)
+        overrides = overrides or {}
+        fixed = sorted(set(overrides) - set(RESUME_OVERRIDES))
+        if fixed:
+            raise RunError(f"a resumed run keeps the settings in its {CONFIG_FILE}; only {', '.join(RESUME_OVERRIDES)} "
+                           f"may change, not {', '.join(fixed)} (start a new run to change them)")
+        config = dataclasses.replace(config, **overrides)
         if not has_checkpoint(run_dir, config):
             raise RunError(f"{run_dir} has no {CHECKPOINT_FILE} to resume from; start it again without --resume")
     else:

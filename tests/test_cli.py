@@ -128,7 +128,11 @@ def test_an_interrupted_run_resumes(tiny_data, cache, tmp_path, capsys, monkeypa
     run_dir = tmp_path / "actor"
     assert not (run_dir / "metrics.json").exists()
     monkeypatch.setattr(ActorLearner, "train_step", original)
-    assert main(["--resume", str(run_dir)]) == 0
+    with pytest.raises(SystemExit) as stop:
+        main(["--resume", str(run_dir), "--lr", "0.5"])
+    assert stop.value.code == 2
+    assert "drop --lr" in capsys.readouterr().err
+    assert main(["--resume", str(run_dir), "--device", "cpu"]) == 0
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert [entry["iteration"] for entry in metrics["history"]] == [2, 4]
 
