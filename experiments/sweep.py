@@ -1,7 +1,7 @@
 """Train the runs behind a figure, skipping the ones already complete, then draw it.
 
     python experiments/sweep.py --agents actor --k-cpts 0 4e-9 1.6e-8 --static 1 2 3 4 5 6 7 8 \
-        --preset cpu-small --logdir runs/hybrid --figures figures/hybrid
+        --static-lr 0.02 --preset cpu-small --logdir runs/hybrid --figures figures/hybrid
 """
 
 import argparse
@@ -16,6 +16,7 @@ def main() -> int:
     parser.add_argument("--agents", nargs="*", default=["actor"], help="learners to train at every k_cpt (default: actor)")
     parser.add_argument("--k-cpts", nargs="*", default=["4e-9"], help="k_cpt values, or 'dynamic' (default: 4e-9)")
     parser.add_argument("--static", nargs="*", type=int, default=[], help="static nets to train, by column count")
+    parser.add_argument("--static-lr", type=float, default=None, help="learning rate of the static nets (default: the preset's)")
     parser.add_argument("--seeds", nargs="*", type=int, default=[0], help="seeds (default: 0)")
     parser.add_argument("--arch", default="chain", help="chain or tree for the routed learners (default: chain)")
     parser.add_argument("--preset", default="cpu-small", help="schedule preset (default: cpu-small)")
@@ -28,7 +29,7 @@ def main() -> int:
     try:
         k_cpts = [k if k == "dynamic" else float(k) for k in args.k_cpts]
         configs = sweep_configs(
-            args.agents, k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset,
+            args.agents, k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset, static_lr=args.static_lr,
             dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir,
         )
         run_dirs = run_sweep(configs)

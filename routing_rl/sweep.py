@@ -26,13 +26,19 @@ def sweep_configs(
     static_columns: Iterable[int] = (),
     arch: str = "chain",
     preset: str = "cpu-small",
+    static_lr: float | None = None,
     **overrides,
 ) -> list[TrainConfig]:
-    """Every (agent, k_cpt, seed) on ``arch``, plus static nets with the given column counts."""
+    """Every (agent, k_cpt, seed) on ``arch``, plus static nets with the given column counts.
+
+    ``static_lr``: the static nets' learning rate when it is not the routed learners' (deep
+    static nets without intermediate heads can stall at lr 0.1; choose it on validation).
+    """
     configs = []
+    static = dict(overrides, lr=static_lr) if static_lr is not None else overrides
     for seed in seeds:
         for n in static_columns:
-            configs.append(make_config(preset, agent="static", arch=f"static-{n}", seed=seed, **overrides))
+            configs.append(make_config(preset, agent="static", arch=f"static-{n}", seed=seed, **static))
         for agent in agents:
             for k_cpt in k_cpts:
                 configs.append(make_config(preset, agent=agent, arch=arch, k_cpt=k_cpt, seed=seed, **overrides))
