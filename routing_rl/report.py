@@ -14,6 +14,7 @@ test images of each source (MNIST/CIFAR) leave at each exit.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from routing_rl.data import SOURCES
 
@@ -55,7 +56,7 @@ def targets(points: Sequence[dict], series: str = "actor") -> dict:
     return {
         "best_static": {"accuracy": best_acc, "mean_macs": best_macs},
         "all_above": bool(mine) and all(m is not None and m > 0 for m in margins),
-        "cheap_match": [p["run"] for p in mine if p["accuracy"] >= best_acc - 0.005 and p["mean_macs"] <= best_macs / 2],
+        "cheap_match": [Path(p["run"]).name for p in mine if p["accuracy"] >= best_acc - 0.005 and p["mean_macs"] <= best_macs / 2],
     }
 
 
@@ -64,7 +65,8 @@ def exits_by_source(run: dict) -> list[tuple[str, list[tuple[str, dict]]]]:
     the order of the net, leaves that no example reached left out."""
     rows = []
     for evaluation in run["test"]:
-        label = evaluation.get("label") or f"k_cpt={evaluation.get('k_cpt')}"
+        k_cpt = evaluation.get("k_cpt")
+        label = evaluation.get("label") or (f"k_cpt={k_cpt:g}" if k_cpt is not None else "")
         leaves = [(leaf, v["by_source"]) for leaf, v in evaluation["leaves"].items() if v["count"]]
         rows.append((label, leaves))
     return rows
@@ -84,9 +86,10 @@ def markdown_report(runs: Sequence[dict], points: Sequence[dict]) -> str:
     lines = ["| series | run | point | test accuracy | mean MACs | vs static curve (pts) |", "|---|---|---|---|---|---|"]
     for p in sorted(points, key=lambda p: (p["series"], p["mean_macs"])):
         m = margin(curve, p) if curve else None
-        point = p["label"] or (f"k_cpt={p['k_cpt']}" if p["k_cpt"] is not None else "")
-        shown = "—" if m is None or p["series"] == "static nets" else f"{m:+.2f}"
-        lines.append(f"| {p['series']} | {p['run']} | {point} | {100 * p['accuracy']:.2f}% | {_macs(p['mean_macs'])} | {shown} |")
+        static = p["series"] == "static nets"
+        point = p["label"] or (f"k_cpt={p['k_cpt']:g}" if p["k_cpt"] is not None and not static else "")
+        shown = "—" if m is None or static else f"{m:+.2f}"
+        lines.append(f"| {p['series']} | {Path(p['run']).name} | {point} | {100 * p['accuracy']:.2f}% | {_macs(p['mean_macs'])} | {shown} |")
     if curve:
         goal = targets(points)
         best = goal["best_static"]
@@ -98,7 +101,7 @@ def markdown_report(runs: Sequence[dict], points: Sequence[dict]) -> str:
         ]
     routed = [run for run in runs if run["structure"]["junctions"]]
     for run in routed:
-        lines += ["", f"Test images leaving at each exit, {run['run']} ({' / '.join(SOURCES)}):", ""]
+        lines += ["", f"Test images leaving at each exit, {Path(run['run']).name} ({' / '.join(SOURCES)}):", ""]
         for label, leaves in exits_by_source(run):
             cells = ", ".join(f"{leaf} {' / '.join(str(counts[s]) for s in SOURCES)}" for leaf, counts in leaves)
             lines.append(f"- {label}: {cells}")
