@@ -42,22 +42,29 @@ def margin(curve: Sequence[tuple[float, float]], point: dict) -> float | None:
 
 
 def targets(points: Sequence[dict], series: str = "actor") -> dict:
-    """The reproduction's two targets for the points of ``series`` (fixed-k_cpt nets).
+    """The reproduction's two targets for the points of every series named ``series...``
+    (fixed and dynamic-k_cpt nets alike).
 
     ``all_above``: every point lies above the static curve. ``cheap_match``: the points
-    within 0.5 accuracy point of the best static net at no more than half its MACs.
+    (``run`` or ``run@k_cpt`` for dynamic nets) within 0.5 accuracy point of the best static
+    net at no more than half its MACs.
     """
     curve = static_curve(points)
     if not curve:
         raise ValueError("no static nets among the runs: train static-N nets to compare against (--agent static)")
     best_macs, best_acc = max(curve, key=lambda c: (c[1], -c[0]))
-    mine = [p for p in points if p["series"] == series]
+    mine = [p for p in points if p["series"].startswith(series)]
     margins = [margin(curve, p) for p in mine]
     return {
         "best_static": {"accuracy": best_acc, "mean_macs": best_macs},
         "all_above": bool(mine) and all(m is not None and m > 0 for m in margins),
-        "cheap_match": [Path(p["run"]).name for p in mine if p["accuracy"] >= best_acc - 0.005 and p["mean_macs"] <= best_macs / 2],
+        "cheap_match": [_point_name(p) for p in mine if p["accuracy"] >= best_acc - 0.005 and p["mean_macs"] <= best_macs / 2],
     }
+
+
+def _point_name(point: dict) -> str:
+    name = Path(point["run"]).name
+    return f"{name}@k_cpt={point['k_cpt']:g}" if "dynamic" in point["series"] else name
 
 
 def exits_by_source(run: dict) -> list[tuple[str, list[tuple[str, dict]]]]:
@@ -96,8 +103,8 @@ def markdown_report(runs: Sequence[dict], points: Sequence[dict]) -> str:
         lines += [
             "",
             f"Best static net: {100 * best['accuracy']:.2f}% at {_macs(best['mean_macs'])} MACs.",
-            f"Every actor chain above the static curve: {'yes' if goal['all_above'] else 'no'}.",
-            "Actor chains within 0.5 pt of it at <= half its MACs: " + (", ".join(goal["cheap_match"]) or "none") + ".",
+            f"Every actor point (fixed and dynamic k_cpt) above the static curve: {'yes' if goal['all_above'] else 'no'}.",
+            "Actor points within 0.5 pt of it at <= half its MACs: " + (", ".join(goal["cheap_match"]) or "none") + ".",
         ]
     routed = [run for run in runs if run["structure"]["junctions"]]
     for run in routed:

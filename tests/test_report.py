@@ -32,6 +32,8 @@ def test_targets_need_every_actor_above_and_one_cheap_match():
     assert goal["all_above"] and goal["cheap_match"] == ["a1"]
     goal = targets(STATIC + above + [point("actor", 0.84, 2e6, "a3")])
     assert not goal["all_above"]
+    dynamic = point("actor, dynamic k_cpt", 0.917, 3.4e6, "d", k_cpt=8e-9)
+    assert targets(STATIC + above + [dynamic])["cheap_match"] == ["a1", "d@k_cpt=8e-09"]
     with pytest.raises(ValueError, match="no static nets"):
         targets(above)
 
