@@ -19,7 +19,6 @@ from routing_rl.config import (
     POLICIES,
     PRESET_VALUES,
     PRESETS,
-    RESUME_OVERRIDES,
     TrainConfig,
     make_config,
 )
@@ -158,13 +157,8 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     if args.print_config and config is not None:
         print(config.to_json())
         return 0
-    if args.resume:
-        given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in HIDDEN}
-        given = {name: value for name, value in given.items() if value is not None}
-        fixed = ["--" + name.replace("_", "-") for name in given if name not in RESUME_OVERRIDES]
-        if fixed:
-            parser.exit(2, f"{prog}: error: --resume continues the run with the settings saved in its config.json; "
-                           f"drop {', '.join(fixed)} (or start a new run to change them)\n")
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in HIDDEN}
+    given = {name: value for name, value in given.items() if value is not None}
     try:
         metrics = train(resume=args.resume, overrides=given) if args.resume else train(config, overwrite=args.overwrite)
     except (RunError, DataNotFoundError) as error:
