@@ -19,11 +19,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from routing_rl.plots import accuracy_macs_figure, node_link_figure, routing_heatmap_figure, write_csv
-from routing_rl.report import markdown_report
+from routing_rl.report import STATIC_SERIES, markdown_report
 from routing_rl.runs import METRICS_FILE
 
 SERIES = {
-    "static": "static nets",
+    "static": STATIC_SERIES,
     "actor": "actor",
     "critic": "pragmatic critic",
     "optimistic-critic": "optimistic critic",

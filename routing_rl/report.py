@@ -6,7 +6,7 @@ point's accuracy minus the static curve's accuracy at the same mean MACs (in acc
 points, ×100); it is ``None`` left of the cheapest static net, where the curve says
 nothing. Right of the most expensive static net the curve is flat at that net's accuracy.
 
-``markdown_report(runs)`` writes the table of the closing notes: accuracy, MACs and margin
+``markdown_report(runs, points)`` writes the table of the closing notes: accuracy, MACs and margin
 of every point, the two targets of the reproduction, and for every routed net how many
 test images of each source (MNIST/CIFAR) leave at each exit.
 """
@@ -18,10 +18,13 @@ from pathlib import Path
 
 from routing_rl.data import SOURCES
 
+STATIC_SERIES = "static nets"
+"""The series name of the static nets' points, the curve every other point is judged against."""
+
 
 def static_curve(points: Sequence[dict]) -> list[tuple[float, float]]:
     """(mean MACs, accuracy) of the static nets' points, in order of MACs."""
-    return sorted((p["mean_macs"], p["accuracy"]) for p in points if p["series"] == "static nets")
+    return sorted((p["mean_macs"], p["accuracy"]) for p in points if p["series"] == STATIC_SERIES)
 
 
 def static_accuracy_at(curve: Sequence[tuple[float, float]], macs: float) -> float | None:
@@ -92,8 +95,8 @@ def markdown_report(runs: Sequence[dict], points: Sequence[dict]) -> str:
     curve = static_curve(points)
     lines = ["| series | run | point | test accuracy | mean MACs | vs static curve (pts) |", "|---|---|---|---|---|---|"]
     for p in sorted(points, key=lambda p: (p["series"], p["mean_macs"])):
-        m = margin(curve, p) if curve else None
-        static = p["series"] == "static nets"
+        m = margin(curve, p)
+        static = p["series"] == STATIC_SERIES
         point = p["label"] or (f"k_cpt={p['k_cpt']:g}" if p["k_cpt"] is not None and not static else "")
         shown = "—" if m is None or static else f"{m:+.2f}"
         lines.append(f"| {p['series']} | {Path(p['run']).name} | {point} | {100 * p['accuracy']:.2f}% | {_macs(p['mean_macs'])} | {shown} |")
