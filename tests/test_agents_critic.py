@@ -50,10 +50,11 @@ def test_full_targets_count_the_subtree_computation():
     m = {name: net.macs[name] + net.router_macs[name] for name in net.order}
     u = full_targets(net, full_output(), ERRORS, k, optimistic=False)
     for i in range(2):
-        leaf1, leaf2 = 0.2 + k[i] * m["leaf1"], 0.9 + k[i] * m["leaf2"]
+        ki = float(k[i])
+        leaf1, leaf2 = 0.2 + ki * m["leaf1"], 0.9 + ki * m["leaf2"]
         assert u["fork"][i].tolist() == pytest.approx([-leaf1, -leaf2])
-        below_fork = k[i] * m["fork"] + (leaf1 if i == 0 else leaf2)
-        assert u["root"][i].tolist() == pytest.approx([-(0.5 + k[i] * m["leaf0"]), -below_fork])
+        below_fork = ki * m["fork"] + (leaf1 if i == 0 else leaf2)
+        assert u["root"][i].tolist() == pytest.approx([-(0.5 + ki * m["leaf0"]), -below_fork])
 
 
 def routed_along(net, x, decisions):
