@@ -9,7 +9,7 @@ probabilities on its path) is known, and
 is computed exactly, without sampling. Gradients reach the heads and columns through
 ``c_err`` and the routers through ``P``. Regularisation (Section 4.4) adds
 
-* c_mod = k_L2 · Σ_nodes p̄_node Σ w² (see :mod:`routing_rl.agents.sgd`), and
+* c_mod = k_L2 · Σ_nodes p̄_node Σ w² (see :mod:`routing_rl.training.sgd`), and
 * c_dec = k_dec · mean_batch Σ_j p_j · ‖s_j‖², ``p_j`` the stop-gradient probability of
   reaching junction j: the paper's ``E[k_dec Σ_{j ∈ J(d̂)} ‖s_j‖²]``, which keeps the
   scores small and so keeps the actor exploring.
@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import torch
 
-from routing_rl.agents.paths import Paths
-from routing_rl.agents.sgd import SGDLearner, check_error_cost, leaf_correct, leaf_errors, training_policy
-from routing_rl.config import TrainConfig
+from routing_rl.core.paths import Paths
+from routing_rl.training.sgd import SGDLearner, check_error_cost, leaf_correct, leaf_errors, training_policy
+from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
-from routing_rl.graph import RoutedNet
+from routing_rl.core.graph import RoutedNet
 
 
 class ActorLearner(SGDLearner):

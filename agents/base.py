@@ -1,7 +1,7 @@
 """The small protocol every gradient-trained learner shares, and its registry.
 
-A :class:`Learner` owns a :class:`~routing_rl.graph.RoutedNet` and its optimiser. The
-trainer (:mod:`routing_rl.trainer`) feeds it augmented batches, one per iteration; the
+A :class:`Learner` owns a :class:`~routing_rl.core.graph.RoutedNet` and its optimiser. The
+trainer (:mod:`routing_rl.app.trainer`) feeds it augmented batches, one per iteration; the
 shared evaluator judges it through :meth:`Learner.decide` (argmax of the routers unless a
 learner routes otherwise, as the threshold baseline does). SB3 baselines do not fit this
 loop — SB3's ``learn()`` drives them — and live in :mod:`routing_rl.agents.sb3`.
@@ -13,11 +13,11 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from routing_rl.config import TrainConfig
-from routing_rl.costs import K_CPT_VALUES
+from routing_rl.training.config import TrainConfig
+from routing_rl.core.costs import K_CPT_VALUES
 from routing_rl.data import Split
-from routing_rl.execution import Decide, argmax_decide
-from routing_rl.graph import RoutedNet
+from routing_rl.core.execution import Decide, argmax_decide
+from routing_rl.core.graph import RoutedNet
 
 
 class Learner(ABC):

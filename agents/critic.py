@@ -49,21 +49,21 @@ bootstrapped estimates only where the path left what they would have chosen. c_u
 squared errors of the taken sinks of the junctions on each example's path (a one-sample
 estimate of the expectation over ``d̂``), c_err is the sampled leaf's error, c_mod weights each
 node by the fraction of the batch whose path went through it, and TALR uses that fraction as
-its mean ``p²`` (see :mod:`routing_rl.talr`).
+its mean ``p²`` (see :mod:`routing_rl.core.talr`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from routing_rl.agents.paths import Paths
-from routing_rl.agents.sgd import SGDLearner, check_error_cost, leaf_correct, leaf_errors, training_policy
-from routing_rl.config import TrainConfig
-from routing_rl.costs import error_cost
+from routing_rl.core.paths import Paths
+from routing_rl.training.sgd import SGDLearner, check_error_cost, leaf_correct, leaf_errors, training_policy
+from routing_rl.training.config import TrainConfig
+from routing_rl.core.costs import error_cost
 from routing_rl.data import Split
-from routing_rl.execution import RoutedOutput, route
-from routing_rl.graph import FullOutput, RoutedNet
-from routing_rl.policies import sample
+from routing_rl.core.execution import RoutedOutput, route
+from routing_rl.core.graph import FullOutput, RoutedNet
+from routing_rl.core.policies import sample
 
 
 def node_costs(net: RoutedNet) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Build the learner a :class:`~routing_rl.config.TrainConfig` asks for, with its net."""
+"""Build the learner a :class:`~routing_rl.training.config.TrainConfig` asks for, with its net."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from routing_rl.agents.base import Learner
 from routing_rl.agents.critic import CriticLearner
 from routing_rl.agents.static import StaticLearner
 from routing_rl.agents.threshold import ThresholdLearner
-from routing_rl.config import TrainConfig
-from routing_rl.graph import RoutedNet
+from routing_rl.training.config import TrainConfig
+from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
 
 

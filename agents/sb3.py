@@ -6,10 +6,10 @@ joint training of the feature network on the agent's paths; SB3's ``EvalCallback
 shared evaluator on the validation split, :mod:`~routing_rl.agents.sb3_callbacks`) and
 ``CheckpointCallback``; SB3's logger writing TensorBoard and CSV into the run directory.
 The returned :class:`SB3Result` is judged like every other learner: ``result.evaluations(test)``
-runs :func:`routing_rl.evaluate.evaluate` with ``result.decide(k_cpt)``, the agent's
+runs :func:`routing_rl.training.evaluate.evaluate` with ``result.decide(k_cpt)``, the agent's
 deterministic policy on the same observations the env gives.
 
-Mapping from :class:`~routing_rl.config.TrainConfig`:
+Mapping from :class:`~routing_rl.training.config.TrainConfig`:
 
 * ``agent`` dqn / ppo / a2c; DQN explores ε-greedily (``--policy eps-greedy``): SB3's linear
   schedule from ε = 1 down to ``epsilon`` over the first 10 % of training; PPO and A2C
@@ -53,14 +53,14 @@ from stable_baselines3.common.callbacks import (
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import VecMonitor
 
-from routing_rl.config import SB3_AGENTS, TrainConfig
-from routing_rl.costs import K_CPT_VALUES
+from routing_rl.training.config import SB3_AGENTS, TrainConfig
+from routing_rl.core.costs import K_CPT_VALUES
 from routing_rl.data import RoutingDataset, Split
-from routing_rl.evaluate import evaluate
-from routing_rl.execution import Decide, Junction
-from routing_rl.graph import RoutedNet
+from routing_rl.training.evaluate import evaluate
+from routing_rl.core.execution import Decide, Junction
+from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
-from routing_rl.runs import training_splits
+from routing_rl.app.runs import training_splits
 
 SB3_DEFAULTS = {
     "dqn": dict(learning_rate=1e-3, buffer_size=20_000, learning_starts=1_000, batch_size=128, train_freq=1,
@@ -116,7 +116,7 @@ ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"dqn": RoutingDQN, "ppo": RoutingP
 
 
 def sb3_decide(model: BaseAlgorithm, net: RoutedNet, k_cpt: float | None = None) -> Decide:
-    """A :data:`~routing_rl.execution.Decide` that routes by ``model``'s deterministic policy.
+    """A :data:`~routing_rl.core.execution.Decide` that routes by ``model``'s deterministic policy.
 
     It builds the env's observation from the junction (descriptor, junction one-hot and, for
     a dynamic-k_cpt agent, ``junction.k_cpt`` or else ``k_cpt``) for all examples there at

@@ -1,12 +1,12 @@
 """SB3 callbacks that log routing quantities with the project's tags (see
-:mod:`routing_rl.monitor`), through SB3's own logger (so into its TensorBoard files).
+:mod:`routing_rl.training.monitor`), through SB3's own logger (so into its TensorBoard files).
 
 * :class:`TrainingCharts` — from the infos of recently finished training episodes:
   ``charts/train_accuracy``, ``charts/train_mean_macs``, ``charts/train_c_err``; from the
   environment's feature trainer: ``losses/c_err``, ``losses/c_mod``, ``charts/lr``; for DQN,
   ``charts/epsilon``.
 * :class:`Validation` — run by SB3's ``EvalCallback`` after each of its evaluations: the
-  shared evaluator (:func:`routing_rl.evaluate.evaluate`) on the validation split, routing by
+  shared evaluator (:func:`routing_rl.training.evaluate.evaluate`) on the validation split, routing by
   the agent, at every k_cpt the run is judged at. Logs ``charts/val_accuracy``,
   ``charts/val_mean_macs`` and ``routing/val_fraction/<leaf>`` and keeps a history.
 """
@@ -22,12 +22,12 @@ import numpy as np
 from routing_rl.envs.joint import FeatureTrainer
 from stable_baselines3.common.callbacks import BaseCallback
 
-from routing_rl.checkpoint import atomic_write_text
+from routing_rl.training.checkpoint import atomic_write_text
 from routing_rl.data import Split
-from routing_rl.evaluate import evaluate
-from routing_rl.execution import Decide
-from routing_rl.graph import RoutedNet
-from routing_rl.monitor import evaluation_scalars
+from routing_rl.training.evaluate import evaluate
+from routing_rl.core.execution import Decide
+from routing_rl.core.graph import RoutedNet
+from routing_rl.training.monitor import evaluation_scalars
 
 
 class TrainingCharts(BaseCallback):

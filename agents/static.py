@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from routing_rl.agents.sgd import SGDLearner, check_error_cost, scalars
-from routing_rl.config import TrainConfig
+from routing_rl.training.sgd import SGDLearner, check_error_cost, scalars
+from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
-from routing_rl.graph import RoutedNet
+from routing_rl.core.graph import RoutedNet
 
 
 class StaticLearner(SGDLearner):

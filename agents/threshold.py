@@ -26,11 +26,11 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from routing_rl.agents.sgd import SGDLearner, check_error_cost, leaf_errors, scalars
-from routing_rl.config import TrainConfig
+from routing_rl.training.sgd import SGDLearner, check_error_cost, leaf_errors, scalars
+from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
-from routing_rl.execution import Decide, Junction
-from routing_rl.graph import RoutedNet
+from routing_rl.core.execution import Decide, Junction
+from routing_rl.core.graph import RoutedNet
 
 LOG_Q_RANGE = (-20.0, 20.0)
 """Bisection range of log q: from (nearly) everyone at the first head to everyone at the last."""

@@ -21,7 +21,7 @@ import time
 import torch
 from timing import median_seconds, sync
 
-from routing_rl.execution import dynamic, full
+from routing_rl.core.execution import dynamic, full
 from routing_rl.nets.multiscale import chain
 
 EXIT_FRACTIONS = {"col1": 0.5, "col3": 0.5}

@@ -38,7 +38,7 @@ import torch
 from routing_rl.agents.registry import make_learner
 from timing import sync
 
-from routing_rl.config import make_config
+from routing_rl.training.config import make_config
 from routing_rl.data import Split
 
 BATCH_SIZE = 128

@@ -8,7 +8,7 @@ dataset: a dataset name (``hybrid``, ``cifar10``, ``cifar2``, ``cifar5``, ``mnis
 split: ``"train"`` or ``"test"`` of that dataset, or any :class:`~routing_rl.data.Split`
     (a validation part, a tiny synthetic set).
 arch, width: the net to build (:func:`routing_rl.nets.multiscale.build`: ``chain`` or
-    ``tree``), unless ``net`` gives an existing :class:`~routing_rl.graph.RoutedNet` (to share
+    ``tree``), unless ``net`` gives an existing :class:`~routing_rl.core.graph.RoutedNet` (to share
     a trained net, or one between a training and an evaluation env). The net's device is
     where the env computes; a built net goes to ``device``.
 k_cpt: cost per MAC, or ``"dynamic"`` (one of ``K_CPT_VALUES`` per episode, observed).
@@ -27,9 +27,9 @@ from routing_rl.envs.joint import FeatureTrainer, JointTraining
 from routing_rl.envs.observation import ObservationLayout
 from routing_rl.envs.traffic import Traffic
 
-from routing_rl.costs import ERROR_COSTS, check_k_cpt
+from routing_rl.core.costs import ERROR_COSTS, check_k_cpt
 from routing_rl.data import RoutingDataset, Split, load_dataset
-from routing_rl.graph import RoutedNet
+from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
 
 

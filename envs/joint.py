@@ -4,7 +4,7 @@ An agent (SB3's policy, say) replaces the routers, but the columns and heads sti
 learn — on the examples that actually reach them, as in the paper's sampled-decision
 training. The environment records every finished episode (its input image, label, the sink
 it took at each junction) and, every ``batch_size`` finished episodes, replays those paths
-with :func:`routing_rl.execution.route` (a ``decide`` that returns the recorded sinks) in
+with :func:`routing_rl.core.execution.route` (a ``decide`` that returns the recorded sinks) in
 train mode and takes one SGD step on the mean cross-entropy at the leaves.
 
 Why replay rather than keep each in-flight example's autograd graph: examples share batched
@@ -13,10 +13,10 @@ activations until the last member finishes, and batch norm would mix examples th
 to share a group. Replaying costs one more forward on the chosen paths only (about the MACs
 the agent was charged) and gives a clean train-mode batch.
 
-As in the paper's learners (:mod:`routing_rl.agents.sgd`): SGD with momentum, the learning
+As in the paper's learners (:mod:`routing_rl.training.sgd`): SGD with momentum, the learning
 rate halving continuously every ``lr_half_life`` optimiser steps, c_mod = k_L2 × Σ_nodes
 (fraction of the batch through the node) × Σ w² over the node's weights, and TALR
-(:mod:`routing_rl.talr`) with the sampled paths' indicators. Routers get no gradient (the
+(:mod:`routing_rl.core.talr`) with the sampled paths' indicators. Routers get no gradient (the
 decisions are replayed, not scored), so only transforms and heads change. The training loss
 is always cross-entropy; a 0/1 ``error_cost`` changes the agent's reward, not this.
 """
@@ -29,10 +29,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from routing_rl.execution import Junction, route
-from routing_rl.graph import RoutedNet
-from routing_rl.policies import halving
-from routing_rl.talr import NodeGradients, talr_scales
+from routing_rl.core.execution import Junction, route
+from routing_rl.core.graph import RoutedNet
+from routing_rl.core.policies import halving
+from routing_rl.core.talr import NodeGradients, talr_scales
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class JointTraining:
 
     @classmethod
     def from_config(cls, config) -> JointTraining:
-        """The options of a :class:`~routing_rl.config.TrainConfig` (iterations = optimiser steps)."""
+        """The options of a :class:`~routing_rl.training.config.TrainConfig` (iterations = optimiser steps)."""
         return cls(config.batch_size, config.lr, config.lr_half_life, config.momentum, config.k_l2,
                    config.talr, config.probability_floor)
 

@@ -17,7 +17,7 @@ junctions differ in descriptor size and number of sinks:
 
 :class:`ObservationLayout` builds the same vector for the environments (a whole batch of
 in-flight examples at once) and for evaluation (:func:`observe` from a
-:class:`~routing_rl.execution.Junction`), so an agent is judged on exactly what it trained on.
+:class:`~routing_rl.core.execution.Junction`), so an agent is judged on exactly what it trained on.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from routing_rl.costs import K_CPT_VALUES
-from routing_rl.graph import RoutedNet
+from routing_rl.core.costs import K_CPT_VALUES
+from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.router import K_CPT_SCALE
 
 DESCRIPTOR_BOUND = 1e6

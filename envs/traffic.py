@@ -28,9 +28,9 @@ import torch
 from routing_rl.envs.joint import FeatureTrainer
 from routing_rl.envs.observation import ObservationLayout
 
-from routing_rl.costs import K_CPT_VALUES, error_cost
+from routing_rl.core.costs import K_CPT_VALUES, error_cost
 from routing_rl.data import SOURCES, Split, augment
-from routing_rl.graph import RoutedNet, State, take
+from routing_rl.core.graph import RoutedNet, State, take
 from routing_rl.nets.router import K_CPT_SCALE
 
 

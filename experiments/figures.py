@@ -6,7 +6,7 @@
 import argparse
 import sys
 
-from routing_rl.figures import write_figures
+from routing_rl.app.figures import write_figures
 
 
 def main() -> int:

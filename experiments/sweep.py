@@ -7,8 +7,8 @@
 import argparse
 import sys
 
-from routing_rl.figures import write_figures
-from routing_rl.sweep import run_sweep, sweep_configs
+from routing_rl.app.figures import write_figures
+from routing_rl.app.sweep import run_sweep, sweep_configs
 
 
 def main() -> int:

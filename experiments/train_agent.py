@@ -10,7 +10,7 @@ Watch it with ``tensorboard --logdir runs``. See ``--help`` for every flag.
 
 import sys
 
-from routing_rl.cli import main
+from routing_rl.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(prog="train_agent.py"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from routing_rl.graph import Node, RoutedNet
+from routing_rl.core.graph import Node, RoutedNet
 from routing_rl.nets.router import Router
 
 

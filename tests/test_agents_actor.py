@@ -4,11 +4,11 @@ import torch.nn.functional as F
 from helpers import vector_tree
 
 from routing_rl.agents.actor import ActorLearner
-from routing_rl.agents.paths import Paths
-from routing_rl.config import make_config
-from routing_rl.costs import K_CPT_VALUES
+from routing_rl.core.paths import Paths
+from routing_rl.training.config import make_config
+from routing_rl.core.costs import K_CPT_VALUES
 from routing_rl.data import Split
-from routing_rl.execution import dynamic
+from routing_rl.core.execution import dynamic
 
 CPU = torch.device("cpu")
 

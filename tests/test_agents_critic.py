@@ -4,10 +4,10 @@ from helpers import vector_tree
 from torch import nn
 
 from routing_rl.agents.critic import CriticLearner, full_targets, sampled_targets
-from routing_rl.config import make_config
+from routing_rl.training.config import make_config
 from routing_rl.data import Split
-from routing_rl.execution import argmax_decide, dynamic, route
-from routing_rl.graph import FullOutput, Node, RoutedNet
+from routing_rl.core.execution import argmax_decide, dynamic, route
+from routing_rl.core.graph import FullOutput, Node, RoutedNet
 from routing_rl.nets.multiscale import chain
 from routing_rl.nets.router import Router
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from routing_rl.agents.registry import make_learner
-from routing_rl.config import make_config
-from routing_rl.costs import K_CPT_VALUES
+from routing_rl.training.config import make_config
+from routing_rl.core.costs import K_CPT_VALUES
 from routing_rl.data import Split
-from routing_rl.evaluate import evaluate
+from routing_rl.training.evaluate import evaluate
 
 CPU = torch.device("cpu")
 COMMON_TAGS = {"losses/c_err", "losses/c_mod", "losses/total", "charts/lr", "charts/train_accuracy"}

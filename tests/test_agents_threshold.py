@@ -5,10 +5,10 @@ import torch
 
 from routing_rl.agents.registry import make_learner
 from routing_rl.agents.threshold import exit_stages, geometric_fractions, thresholds_for_fractions
-from routing_rl.config import make_config
+from routing_rl.training.config import make_config
 from routing_rl.data import Split
-from routing_rl.evaluate import evaluate
-from routing_rl.execution import route
+from routing_rl.training.evaluate import evaluate
+from routing_rl.core.execution import route
 
 CONFIDENCE = torch.tensor([
     [0.9, 0.5, 0.1],

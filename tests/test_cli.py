@@ -12,11 +12,11 @@ import pytest
 from synthetic_data import write_cifar_pickles, write_mnist_idx
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from routing_rl import runs
-from routing_rl.cli import main
-from routing_rl.config import AGENTS
-from routing_rl.figures import write_figures
-from routing_rl.sweep import run_sweep, sweep_configs
+from routing_rl.app import runs
+from routing_rl.app.cli import main
+from routing_rl.training.config import AGENTS
+from routing_rl.app.figures import write_figures
+from routing_rl.app.sweep import run_sweep, sweep_configs
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "experiments" / "train_agent.py"
@@ -179,7 +179,7 @@ def test_user_mistakes_end_with_one_line_and_status_2(args, message, tmp_path):
 
 
 def test_seed_zero_is_a_valid_seed():
-    from routing_rl.cli import build_parser, config_from_args
+    from routing_rl.app.cli import build_parser, config_from_args
 
     config = config_from_args(build_parser().parse_args(["--seed", "0", "--preset", "smoke"]))
     assert config.seed == 0

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from routing_rl.describe import main
+from routing_rl.app.describe import main
 
 
 def test_json_reports_every_node_and_the_totals(capsys):
@@ -32,6 +32,6 @@ def test_table_lists_nodes_and_totals(capsys):
 
 @pytest.mark.parametrize("args, message", [(["--arch", "resnet"], "unknown arch 'resnet'"), (["--width", "0"], "width must be")])
 def test_bad_arguments_exit_2_with_one_line(args, message):
-    result = subprocess.run([sys.executable, "-m", "routing_rl.describe", *args], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "routing_rl.app.describe", *args], capture_output=True, text=True)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr

@@ -13,10 +13,10 @@ from routing_rl.envs.registration import ENV_DATASETS
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import routing_rl  # noqa: F401  (registers the ids)
-from routing_rl.costs import K_CPT_VALUES, error_cost
+from routing_rl.core.costs import K_CPT_VALUES, error_cost
 from routing_rl.data import RoutingDataset, Split
-from routing_rl.evaluate import evaluate
-from routing_rl.execution import route
+from routing_rl.training.evaluate import evaluate
+from routing_rl.core.execution import route
 from routing_rl.nets.multiscale import chain, static
 from routing_rl.nets.router import K_CPT_SCALE
 

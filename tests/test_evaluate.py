@@ -2,10 +2,10 @@ import pytest
 import torch
 from helpers import randomize_routers, varied_images
 
-from routing_rl.costs import check_k_cpt, computation_cost, error_cost
+from routing_rl.core.costs import check_k_cpt, computation_cost, error_cost
 from routing_rl.data import Split
-from routing_rl.evaluate import evaluate
-from routing_rl.execution import dynamic
+from routing_rl.training.evaluate import evaluate
+from routing_rl.core.execution import dynamic
 from routing_rl.nets.multiscale import chain
 
 

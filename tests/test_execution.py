@@ -2,7 +2,7 @@ import pytest
 import torch
 from helpers import randomize_routers, varied_images, vector_tree
 
-from routing_rl.execution import dynamic, follow, full, reach, route
+from routing_rl.core.execution import dynamic, follow, full, reach, route
 from routing_rl.nets.multiscale import chain, static, tree
 
 

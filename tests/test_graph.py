@@ -3,7 +3,7 @@ import torch
 from helpers import vector_tree
 from torch import nn
 
-from routing_rl.graph import Node, RoutedNet, take
+from routing_rl.core.graph import Node, RoutedNet, take
 from routing_rl.nets.router import Router
 
 

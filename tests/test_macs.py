@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from routing_rl.macs import MacCounter, layer_macs
+from routing_rl.core.macs import MacCounter, layer_macs
 
 
 def count(module: nn.Module, x: torch.Tensor) -> int:

@@ -3,10 +3,10 @@ import math
 import pytest
 import torch
 
-from routing_rl.agents.sgd import training_policy
-from routing_rl.config import make_config
-from routing_rl.execution import Junction
-from routing_rl.policies import (
+from routing_rl.training.sgd import training_policy
+from routing_rl.training.config import make_config
+from routing_rl.core.execution import Junction
+from routing_rl.core.policies import (
     TrainingPolicy,
     eps_greedy_probabilities,
     floored,

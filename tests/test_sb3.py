@@ -18,9 +18,9 @@ from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
 
-from routing_rl.config import make_config
+from routing_rl.training.config import make_config
 from routing_rl.data import RoutingDataset, Split
-from routing_rl.evaluate import evaluate
+from routing_rl.training.evaluate import evaluate
 
 SHORT = {  # SB3 settings that let a few hundred environment steps exercise every update
     "dqn": {"learning_starts": 32, "buffer_size": 512, "batch_size": 16, "target_update_interval": 64},

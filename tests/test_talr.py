@@ -6,9 +6,9 @@ from helpers import vector_tree
 
 from routing_rl.agents.actor import ActorLearner
 from routing_rl.agents.critic import CriticLearner
-from routing_rl.config import make_config
+from routing_rl.training.config import make_config
 from routing_rl.data import Split
-from routing_rl.talr import NodeGradients, talr_scales
+from routing_rl.core.talr import NodeGradients, talr_scales
 
 
 def test_scales_are_one_over_root_mean_square():

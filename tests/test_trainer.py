@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from routing_rl.agents.base import Learner
-from routing_rl.config import make_config
+from routing_rl.training.config import make_config
 from routing_rl.data import Split
 from routing_rl.nets.multiscale import static
-from routing_rl.trainer import BatchSampler, fit
+from routing_rl.app.trainer import BatchSampler, fit
 
 
 class PlainLearner(Learner):

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from routing_rl.graph import Node, RoutedNet
+from routing_rl.core.graph import Node, RoutedNet
 from routing_rl.nets.router import BN_EPS, BN_MOMENTUM, Router
 
 INPUT_SHAPE = (3, 32, 32)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from routing_rl.graph import RoutedNet
+from routing_rl.core.graph import RoutedNet
 
 
 def talr_scales(reach: torch.Tensor, floor: float) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """One evaluator for every learner: accuracy, MACs and where each example left the net.
 
 Every learner — the paper's, the threshold baseline, SB3 agents — is judged by routing the
-test split through the same :class:`~routing_rl.graph.RoutedNet` with
-:func:`~routing_rl.execution.route`; only the ``decide`` function differs (argmax of the
+test split through the same :class:`~routing_rl.core.graph.RoutedNet` with
+:func:`~routing_rl.core.execution.route`; only the ``decide`` function differs (argmax of the
 routers by default). So every point on an accuracy/MAC plot means the same thing.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from routing_rl.data import SOURCES, Split
-from routing_rl.execution import Decide, argmax_decide, route
-from routing_rl.graph import RoutedNet
+from routing_rl.core.execution import Decide, argmax_decide, route
+from routing_rl.core.graph import RoutedNet
 
 
 @torch.no_grad()

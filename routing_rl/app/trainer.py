@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import torch
 
 from routing_rl.agents.base import Learner
-from routing_rl.config import TrainConfig
+from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split, augment
-from routing_rl.evaluate import evaluate
-from routing_rl.monitor import Monitor, evaluation_scalars
+from routing_rl.training.evaluate import evaluate
+from routing_rl.training.monitor import Monitor, evaluation_scalars
 
 HISTOGRAM_EXAMPLES = 512
 """Validation examples whose router scores are drawn as histograms at each evaluation."""

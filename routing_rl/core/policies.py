@@ -9,8 +9,8 @@ Every policy's probabilities are then *floored*: mixed with the uniform distribu
 probability (the authors' release mixed in 1e-6). The temperature and epsilon decay by
 continuous halving (:func:`halving`) on the iteration clock.
 
-:func:`sample` turns a policy into a :data:`~routing_rl.execution.Decide` that samples one
-sink per example, for sampled-decision training with :func:`~routing_rl.execution.route`.
+:func:`sample` turns a policy into a :data:`~routing_rl.core.execution.Decide` that samples one
+sink per example, for sampled-decision training with :func:`~routing_rl.core.execution.route`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from routing_rl.execution import Decide, Junction
+from routing_rl.core.execution import Decide, Junction
 
 
 def halving(value: float, iteration: float, half_life: float) -> float:

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing_rl.costs import ERROR_COSTS, check_k_cpt
+from routing_rl.core.costs import ERROR_COSTS, check_k_cpt
 from routing_rl.nets.multiscale import arch_names
 
 AGENTS = ("static", "actor", "critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
@@ -188,7 +188,7 @@ class TrainConfig:
         return cls(**values)
 
     def save(self, path: Path) -> None:
-        from routing_rl.checkpoint import atomic_write_text
+        from routing_rl.training.checkpoint import atomic_write_text
 
         atomic_write_text(Path(path), self.to_json())
 

@@ -8,7 +8,7 @@
   dynamic-k_cpt nets;
 * ``routing_heatmap.png`` / ``.csv`` — validation exits over training, per routed run;
 * ``report.md`` — the table of test points against the static curve, the reproduction's
-  targets and the exits by source (:mod:`routing_rl.report`).
+  targets and the exits by source (:mod:`routing_rl.app.report`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from routing_rl.plots import accuracy_macs_figure, node_link_figure, routing_heatmap_figure, write_csv
-from routing_rl.report import STATIC_SERIES, markdown_report
-from routing_rl.runs import METRICS_FILE
+from routing_rl.app.plots import accuracy_macs_figure, node_link_figure, routing_heatmap_figure, write_csv
+from routing_rl.app.report import STATIC_SERIES, markdown_report
+from routing_rl.app.runs import METRICS_FILE
 
 SERIES = {
     "static": STATIC_SERIES,

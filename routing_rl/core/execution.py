@@ -1,4 +1,4 @@
-"""Three ways to run a :class:`~routing_rl.graph.RoutedNet` on a batch.
+"""Three ways to run a :class:`~routing_rl.core.graph.RoutedNet` on a batch.
 
 * :func:`full` — every node on the whole batch (``net(x)``): every router's scores and every
   head's logits. Exact expectations over paths (the actor) need it.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from routing_rl.graph import FullOutput, RoutedNet, State, take
+from routing_rl.core.graph import FullOutput, RoutedNet, State, take
 
 
 

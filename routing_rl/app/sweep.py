@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from routing_rl.config import TrainConfig, make_config
-from routing_rl.runs import METRICS_FILE, has_checkpoint, train
+from routing_rl.training.config import TrainConfig, make_config
+from routing_rl.app.runs import METRICS_FILE, has_checkpoint, train
 
 
 def run_name(config: TrainConfig) -> str:

@@ -5,7 +5,7 @@ the probabilities of the decisions on the node's path (``net.path``). With all j
 probabilities side by side, ``(B, S)`` for ``S`` sinks in total, that product for every node
 at once is ``exp(log p @ M)``, where ``M (S, N)`` marks which decisions lie on each node's
 path: one matrix product, no loop over paths. The probabilities are floored
-(:func:`routing_rl.policies.floored`), so the logarithm is finite.
+(:func:`routing_rl.core.policies.floored`), so the logarithm is finite.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from itertools import pairwise
 
 import torch
 
-from routing_rl.graph import RoutedNet
+from routing_rl.core.graph import RoutedNet
 
 
 class Paths:

@@ -1,7 +1,7 @@
 """Print a routed net's tree with each node's and router's MACs per example.
 
-    python -m routing_rl.describe --arch chain
-    python -m routing_rl.describe --arch static-8 --width 2 --classes 2 --json
+    python -m routing_rl.app.describe --arch chain
+    python -m routing_rl.app.describe --arch static-8 --width 2 --classes 2 --json
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from routing_rl.graph import RoutedNet
+from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import arch_names, build
 
 
@@ -65,7 +65,7 @@ def table(description: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m routing_rl.describe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m routing_rl.app.describe", description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="chain", help=f"one of {', '.join(arch_names())} (default: chain)")
     parser.add_argument("--width", type=int, default=1, help="channel multiplier (default: 1)")
     parser.add_argument("--classes", type=int, default=10, help="number of classes (default: 10)")

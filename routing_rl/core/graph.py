@@ -12,7 +12,7 @@ actually uses; routed execution then hands a sub-batch only that part, which sav
 (a head on a pyramid of feature maps reads only the coarsest map).
 
 Running the whole tree on a batch is ``net(x)`` (full evaluation, see
-:mod:`routing_rl.execution` for routed execution). Per-example MAC counts of each node's
+:mod:`routing_rl.core.execution` for routed execution). Per-example MAC counts of each node's
 transform and router are measured once, when the net is built.
 """
 
@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from routing_rl.macs import MacCounter
+from routing_rl.core.macs import MacCounter
 
 State = object  # a tensor, or a list/tuple/dict of states; the batch is dimension 0
 

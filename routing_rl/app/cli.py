@@ -1,6 +1,6 @@
 """The command line of ``experiments/train_agent.py``: flags → TrainConfig → a run.
 
-Every :class:`~routing_rl.config.TrainConfig` field is a flag (``k_cpt`` → ``--k-cpt``);
+Every :class:`~routing_rl.training.config.TrainConfig` field is a flag (``k_cpt`` → ``--k-cpt``);
 flags left out take the preset's value, then the dataclass default. A user mistake ends
 with one line naming the problem and exit status 2, never a traceback.
 """
@@ -12,7 +12,7 @@ import dataclasses
 import json
 import sys
 
-from routing_rl.config import (
+from routing_rl.training.config import (
     AGENTS,
     DEFAULT_PRESET,
     EXECUTIONS,
@@ -148,7 +148,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
-    from routing_rl.runs import RunError, train
+    from routing_rl.app.runs import RunError, train
 
     try:
         config = None if args.resume else config_from_args(args)

@@ -90,7 +90,7 @@ def markdown_report(runs: Sequence[dict], points: Sequence[dict]) -> str:
     """The table of test points, the targets and the exits by source, as Markdown.
 
     runs: ``metrics.json`` contents; points: their test points
-    (:func:`routing_rl.figures.test_points`).
+    (:func:`routing_rl.app.figures.test_points`).
     """
     curve = static_curve(points)
     lines = ["| series | run | point | test accuracy | mean MACs | vs static curve (pts) |", "|---|---|---|---|---|---|"]

@@ -7,8 +7,8 @@
   the node (1 where every example passes). So a rarely used layer is regularised as
   rarely as it is used, which is the paper's ``E[k_L2 Σ_{w ∈ W(d̂)} w²]``.
 * Per-example k_cpt: the configured one, or for a dynamic-k_cpt net one drawn per training
-  example from :data:`~routing_rl.costs.K_CPT_VALUES` (Section 4.6).
-* TALR (:mod:`routing_rl.talr`) between ``backward()`` and the optimiser step.
+  example from :data:`~routing_rl.core.costs.K_CPT_VALUES` (Section 4.6).
+* TALR (:mod:`routing_rl.core.talr`) between ``backward()`` and the optimiser step.
 * ``state_dict``: the net, the optimiser (momentum) and the learner's random generator.
 """
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 import torch
 
 from routing_rl.agents.base import Learner
-from routing_rl.config import TrainConfig
-from routing_rl.costs import K_CPT_VALUES, error_cost
-from routing_rl.graph import FullOutput, Node, RoutedNet
-from routing_rl.policies import TrainingPolicy, halving
-from routing_rl.talr import NodeGradients, talr_scales
+from routing_rl.training.config import TrainConfig
+from routing_rl.core.costs import K_CPT_VALUES, error_cost
+from routing_rl.core.graph import FullOutput, Node, RoutedNet
+from routing_rl.core.policies import TrainingPolicy, halving
+from routing_rl.core.talr import NodeGradients, talr_scales
 
 
 class SGDLearner(Learner):

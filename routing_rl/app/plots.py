@@ -7,8 +7,8 @@
 * :func:`routing_heatmap_figure` — fraction of validation examples at each leaf over the
   course of training (Fig. 8).
 
-Inputs are the JSON-ready dicts of :func:`routing_rl.evaluate.evaluate` and
-:func:`routing_rl.describe.summary`, so figures can be redrawn from saved runs alone.
+Inputs are the JSON-ready dicts of :func:`routing_rl.training.evaluate.evaluate` and
+:func:`routing_rl.app.describe.summary`, so figures can be redrawn from saved runs alone.
 """
 
 from __future__ import annotations

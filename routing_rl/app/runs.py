@@ -23,12 +23,12 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
-from routing_rl.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
-from routing_rl.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
+from routing_rl.training.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
+from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
 from routing_rl.data import RoutingDataset, Split, load_dataset
-from routing_rl.describe import summary
-from routing_rl.evaluate import evaluate
-from routing_rl.monitor import Monitor
+from routing_rl.app.describe import summary
+from routing_rl.training.evaluate import evaluate
+from routing_rl.training.monitor import Monitor
 
 CONFIG_FILE = "config.json"
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -128,7 +128,7 @@ def train(
     """Run training to the end and return the final metrics (also written to metrics.json).
 
     A resumed run keeps its saved config; ``overrides`` may change only the machine's
-    settings (:data:`~routing_rl.config.RESUME_OVERRIDES`), e.g. to continue on another device.
+    settings (:data:`~routing_rl.training.config.RESUME_OVERRIDES`), e.g. to continue on another device.
     """
     if resume is not None:
         run_dir = Path(resume)
@@ -182,8 +182,8 @@ def train(
 
 def _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume):
     from routing_rl.agents.registry import make_learner
-    from routing_rl.plots import node_link_figure
-    from routing_rl.trainer import fit
+    from routing_rl.app.plots import node_link_figure
+    from routing_rl.app.trainer import fit
 
     learner = make_learner(config, len(dataset.classes), device)
     checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device) if resume else None

@@ -1,0 +1,1 @@
+"""The application: command line, runs, the training loop, sweeps, reports and figures."""

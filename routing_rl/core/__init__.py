@@ -1,0 +1,1 @@
+"""Foundation: routing trees, MACs, costs, execution, policies, TALR, reach probabilities."""
