@@ -22,7 +22,7 @@ import numpy as np
 from routing_rl.envs.joint import FeatureTrainer
 from stable_baselines3.common.callbacks import BaseCallback
 
-from routing_rl.training.checkpoint import atomic_write_text
+from routing_rl.core.files import atomic_write_text
 from routing_rl.data import Split
 from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import Decide

@@ -5,17 +5,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
+
+from routing_rl.core.files import atomic_write
 
 FORMAT_VERSION = 1
 """Bump when what a cache entry holds, or how it is computed, changes; old entries are then
 rebuilt (and left behind: delete the cache folder to reclaim the space)."""
 
 CACHE_ENV = "ROUTING_RL_CACHE"
+SPLIT_KEYS = ("train_images", "train_labels", "test_images", "test_labels")
+"""What every dataset entry holds (a source entry of a test-set-only copy lacks train_*)."""
 
 
 def default_cache_dir() -> Path:
@@ -41,36 +45,52 @@ def cache_path(cache_dir: Path, prefix: str, key: dict) -> Path:
     return Path(cache_dir) / f"{prefix}-{hashlib.sha256(blob).hexdigest()[:20]}.pt"
 
 
-def load_entry(path: Path, mmap: bool = False) -> dict | None:
-    """The saved dict, or None when missing or unreadable (then it is rebuilt). With ``mmap``
-    the tensors map the file (copy-on-write) instead of being read: loading is instant and
-    pages come in from the page cache on first use."""
+def load_entry(path: Path, mmap: bool = False, required: Iterable[str] = ()) -> dict | None:
+    """The saved dict, or None when missing (then it is built). An entry that is unreadable,
+    or lacks a ``required`` tensor, or whose images and labels disagree in length, is named
+    in a warning and None is returned, so that it is rebuilt. With ``mmap`` the tensors map
+    the file (copy-on-write) instead of being read: loading is instant and pages come in
+    from the page cache on first use."""
     if not path.is_file():
         return None
     try:
-        return torch.load(path, weights_only=True, mmap=mmap)
-    except Exception:  # a truncated or foreign file: rebuild it
-        return None
+        entry = torch.load(path, weights_only=True, mmap=mmap)
+    except Exception as error:  # truncated, foreign, or a pickle of anything but tensors
+        problem = f"cannot be read ({type(error).__name__})"
+    else:
+        problem = entry_problem(entry, required)
+        if problem is None:
+            return entry
+    warnings.warn(f"cache file {path} {problem}; rebuilding it", stacklevel=2)
+    return None
+
+
+def entry_problem(entry: object, required: Iterable[str] = ()) -> str | None:
+    """What is wrong with a loaded cache entry, or None: every ``required`` key must hold a
+    tensor, and each split's ``*_images`` / ``*_labels`` (/ ``*_source``) the same number of rows."""
+    if not isinstance(entry, dict):
+        return f"holds a {type(entry).__name__}, not a dict of tensors"
+    missing = [key for key in required if not isinstance(entry.get(key), torch.Tensor)]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    for split in ("train", "test"):
+        rows = {k: len(v) for k, v in entry.items()
+                if k.startswith(f"{split}_") and isinstance(v, torch.Tensor) and v.ndim > 0}
+        if len(set(rows.values())) > 1:
+            return f"holds {split} tensors of different lengths {rows}"
+    return None
 
 
 def save_entry(path: Path, entry: dict) -> None:
-    """Write ``entry`` atomically: to a temporary file beside ``path``, then ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(entry, f)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a cache may be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``entry`` atomically (see :mod:`routing_rl.core.files`)."""
+    atomic_write(path, lambda stream: torch.save(entry, stream))
 
 
-def cached(cache_dir: Path, prefix: str, key: dict, build: Callable[[], dict]) -> dict:
-    """``build()``'s dict of tensors, computed once per ``key`` and then memory-mapped."""
+def cached(cache_dir: Path, prefix: str, key: dict, build: Callable[[], dict], required: Iterable[str] = SPLIT_KEYS) -> dict:
+    """``build()``'s dict of tensors, computed once per ``key`` and then memory-mapped; an
+    entry without the ``required`` tensors is rebuilt."""
     path = cache_path(cache_dir, prefix, key)
-    entry = load_entry(path, mmap=True)
+    entry = load_entry(path, mmap=True, required=required)
     if entry is None:
         entry = build()
         save_entry(path, entry)

@@ -157,6 +157,21 @@ def _counts(values: torch.Tensor, n: int) -> list[int]:
     return torch.bincount(values, minlength=n).tolist()
 
 
+def check_contents(name: str, classes: tuple[str, ...], splits: dict[str, Split], paths: list[str]) -> None:
+    """Raise ValueError unless every split holds every class, and a hybrid both sources: a
+    partial copy (a cut archive, a half-finished download) must not train and test quietly."""
+    for split, data in splits.items():
+        counts = _counts(data.labels, len(classes))
+        empty = [c for c, n in zip(classes, counts) if n == 0]
+        if name == "hybrid":
+            empty += [f"{source} images" for source, n in zip(SOURCES, _counts(data.source, len(SOURCES))) if n == 0]
+        if empty:
+            raise ValueError(
+                f"dataset {name!r} is incomplete: its {split} split has no {', '.join(empty)} "
+                f"(built from {', '.join(paths)}); that copy is partial, replace it with a complete one"
+            )
+
+
 def _build(name: str, resolved: dict, cache_dir: Path) -> tuple[Split, Split, dict]:
     """(train, test, rule): from the cache when built before, else built and cached."""
     # Derived entries are keyed by their sources and by every constant of the build.
@@ -204,6 +219,7 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
     train, test, rule = _build(name, resolved, cache_dir)
 
     classes = CLASSES[name]
+    check_contents(name, classes, {"train": train, "test": test}, [str(r.candidate.path) for r in resolved.values()])
     found = {kind: r.info for kind, r in resolved.items()}
     seeds = {k: f["split_seed"] for k, f in found.items() if "split_seed" in f}
     if name == "hybrid":

@@ -216,6 +216,16 @@ def _tar_items(path: Path) -> Iterator[tuple[str, str, str, bytes]]:
             found = member.isfile() and image_member(member.name)
             if found:
                 yield found[0], found[1], member.name, tar.extractfile(member).read()
+        check_complete(tar, path)
+
+
+def check_complete(tar: tarfile.TarFile, path: Path) -> None:
+    """Raise LayoutError unless ``tar``, read to its end in stream mode, ended with the
+    end-of-archive block. A plain ``.tar`` cut between two members otherwise reads as a
+    shorter, valid archive (compressed ones fail their own end-of-stream check)."""
+    if tar.fileobj.tell() < tar.offset + tarfile.BLOCKSIZE:
+        raise LayoutError(f"{path}: the archive stops after {tar.offset} bytes without its end-of-archive "
+                          "marker, so it is truncated; copy or download it again")
 
 
 def read_image_tarball(path: Path, kind: str) -> dict[str, torch.Tensor]:
@@ -234,6 +244,7 @@ def read_cifar_tarball(path: Path) -> dict[str, torch.Tensor]:
                 name = PurePosixPath(member.name).name
                 if member.isfile() and name in CIFAR_BATCHES:
                     batches[name] = _unpickle_batch(tar.extractfile(member), f"{path}:{name}")
+            check_complete(tar, path)
     except (tarfile.TarError, OSError, EOFError) as e:
         raise LayoutError(f"{path}: cannot read tarball ({e})") from e
     return _join_batches(batches, str(path))

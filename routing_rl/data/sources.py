@@ -142,7 +142,11 @@ class Resolved:
     def raw(self) -> dict[str, torch.Tensor]:
         """uint8 images and labels of both splits (a test-only source split 80/20)."""
         if self.loaded is None:
-            self.loaded = cache.load_entry(self.entry_path, mmap=True) or self.candidate.read()
+            required = cache.SPLIT_KEYS if self.candidate.complete else cache.SPLIT_KEYS[2:]
+            self.loaded = cache.load_entry(self.entry_path, mmap=True, required=required)
+        if self.loaded is None:  # a damaged entry: read the files again and replace it
+            self.loaded = self.candidate.read()
+            cache.save_entry(self.entry_path, self.loaded)
         return self.loaded if self.candidate.complete else split_test_only(self.loaded)
 
 

@@ -1,42 +1,54 @@
-"""Atomic files: a crash mid-write never leaves a half-written checkpoint or config.
+"""Checkpoints: written atomically (:mod:`routing_rl.core.files`), loaded without running code.
 
-Everything is written to a temporary file in the same folder, flushed to disk, then
-renamed over the target with ``os.replace``, which is atomic on POSIX and Windows.
+``torch.load(..., weights_only=True)`` unpickles only tensors and plain containers, so a
+planted pickle in a run folder cannot execute anything; a file that fails that load, or is
+truncated, is refused with :class:`CheckpointError` naming it.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
+import pickle
+import zipfile
 from pathlib import Path
 
 import torch
 
-
-def _atomic_write(path: Path, write) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            write(stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+from routing_rl.core.files import atomic_write
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    _atomic_write(path, lambda stream: stream.write(text.encode()))
+class CheckpointError(ValueError):
+    """A checkpoint cannot be loaded safely; the message names the file and why."""
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
     """``torch.save(state)`` to ``path``, atomically."""
-    _atomic_write(path, lambda stream: torch.save(state, stream))
+    atomic_write(path, lambda stream: torch.save(state, stream))
 
 
 def load_checkpoint(path: Path, map_location="cpu") -> dict:
-    """The state saved by :func:`save_checkpoint`."""
-    return torch.load(Path(path), map_location=map_location, weights_only=False)
+    """The state saved by :func:`save_checkpoint`; :class:`CheckpointError` for anything else."""
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise CheckpointError(
+            f"refusing to load {path}: it holds Python objects, not only tensors and plain data ({_reason(error)}); "
+            "it was not written by routing-rl: delete it, or start the run again with --overwrite"
+        ) from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as error:
+        raise CheckpointError(
+            f"cannot read {path}: it is empty, truncated or not a checkpoint ({_reason(error)}); "
+            "start the run again with --overwrite, or restore the file"
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"cannot read {path}: it holds a {type(state).__name__}, not a checkpoint")
+    return state
+
+
+def _reason(error: BaseException) -> str:
+    """The informative line of a torch.load error, short."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for line in lines:
+        if "GLOBAL" in line or "Unsupported" in line:
+            return line
+    return lines[0].split(". ")[0] if lines else type(error).__name__

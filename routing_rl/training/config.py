@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from routing_rl.core.costs import ERROR_COSTS, check_k_cpt
+from routing_rl.core.files import atomic_write_text
 from routing_rl.nets.multiscale import arch_names
 
 AGENTS = ("static", "actor", "critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
@@ -188,8 +189,6 @@ class TrainConfig:
         return cls(**values)
 
     def save(self, path: Path) -> None:
-        from routing_rl.training.checkpoint import atomic_write_text
-
         atomic_write_text(Path(path), self.to_json())
 
 

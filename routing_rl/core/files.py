@@ -1,0 +1,57 @@
+"""Atomic files: a crash mid-write never leaves a half-written checkpoint, config or cache entry.
+
+Everything is written to a temporary file ``.<name>.<random>.tmp`` in the target's folder,
+flushed and fsynced, then renamed over the target with ``os.replace``, which is atomic on
+POSIX and Windows. A process killed mid-write leaves only such a temporary file behind;
+:func:`remove_stale_temporaries` clears them on the next start.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+FILE_MODE = 0o644
+"""Permissions of written files: mkstemp makes them private, but a cache or a run folder may
+be shared."""
+_TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Call ``write(stream)`` on a temporary file beside ``path``, then move it onto ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            write(stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, FILE_MODE)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    atomic_write(path, lambda stream: stream.write(text.encode()))
+
+
+def is_temporary(path: Path) -> bool:
+    """Whether ``path`` is named like a temporary file of :func:`atomic_write`."""
+    return bool(_TEMPORARY.match(Path(path).name))
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporary files that killed writes left in ``folder``; returns them."""
+    folder = Path(folder)
+    stale = [p for p in folder.glob(".*.tmp") if p.is_file() and is_temporary(p)] if folder.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
