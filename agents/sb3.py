@@ -25,12 +25,21 @@ Saving: :class:`RoutingDQN` / :class:`RoutingPPO` / :class:`RoutingA2C` are SB3'
 whose zip also holds the feature network and its optimiser (``routed_net.pth``,
 ``feature_trainer.pth``), so every checkpoint, ``best_model.zip`` and ``model.zip`` is a
 complete router + classifier. ``load_sb3(path)`` returns ``(model, net)``.
+
+Loading runs no code from the file. SB3's own ``load`` unpickles (cloudpickle) the spaces,
+schedules and classes it stored in the zip's ``data``; :func:`load_sb3` instead rebuilds the
+model from the plain-JSON ``routing`` settings saved beside them (agent, net, SB3 keyword
+arguments), loads the ``.pth`` state dicts with ``torch.load(weights_only=True)`` and
+restores the plain-number counters (:data:`RESTORED_COUNTERS`). Zips are written atomically.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
+import re
+import sys
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,11 +59,13 @@ from stable_baselines3.common.callbacks import (
     CheckpointCallback,
     EvalCallback,
 )
-from stable_baselines3.common.logger import configure
+from stable_baselines3.common.logger import CSVOutputFormat, Logger, TensorBoardOutputFormat
 from stable_baselines3.common.vec_env import VecMonitor
+from torch.utils.tensorboard import SummaryWriter
 
 from routing_rl.training.config import SB3_AGENTS, TrainConfig
 from routing_rl.core.costs import K_CPT_VALUES
+from routing_rl.core.files import atomic_write
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import Decide, Junction
@@ -73,6 +84,17 @@ SB3_DEFAULTS = {
 HISTORY_FILE = "sb3_history.json"
 CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.zip"
+RUN_FILES = (HISTORY_FILE, MODEL_FILE, "best_model.zip", "evaluations.npz", "progress.csv", f"{CHECKPOINTS}/*_steps.zip")
+"""What an SB3 run writes into its run directory (glob patterns), beside the TensorBoard files."""
+CHECKPOINT_NAME = re.compile(r"^.+_(\d+)_steps\.zip$")
+RESTORED_COUNTERS = ("num_timesteps", "_total_timesteps", "_num_timesteps_at_start", "_episode_num", "_n_updates",
+                     "_n_calls", "_current_progress_remaining", "exploration_rate")
+"""Plain-number attributes of a saved model that :func:`load_sb3` restores (the rest of SB3's
+``data`` is either rebuilt from the routing settings or pickled, and then never loaded)."""
+
+
+class SB3LoadError(ValueError):
+    """A saved SB3 zip cannot be loaded safely; the message names the file and why."""
 
 
 class RoutedNetSaving:
@@ -88,16 +110,30 @@ class RoutedNetSaving:
 
     def _setup_model(self) -> None:
         super()._setup_model()
-        if self.routed_net is None:
-            if self.routing.get("arch") is None:
-                raise ValueError("this model routes a hand-built net; pass it: load_sb3(path, net=...)")
-            self.routed_net = build(self.routing["arch"], self.routing["width"], self.routing["classes"]).to(self.device)
+        self.routed_net = self.routed_net.to(self.device)
         if self.feature_trainer is None:
             self.feature_trainer = FeatureTrainer(self.routed_net, JointTraining(**self.routing["joint"]))
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, variables = super()._get_torch_save_params()
         return [*state_dicts, "routed_net", "feature_trainer"], variables
+
+    def save(self, path, exclude=None, include=None) -> None:
+        """SB3's ``save``, written atomically when ``path`` is a file name (``.zip`` added as SB3 does)."""
+        if not isinstance(path, (str, Path)):
+            return super().save(path, exclude, include)
+        path = Path(path)
+        if path.suffix != ".zip":
+            path = path.with_name(path.name + ".zip")
+        write = super().save
+        atomic_write(path, lambda stream: write(stream, exclude, include))
+
+    @classmethod
+    def load(cls, path, env=None, device="auto", **kwargs):
+        """:func:`load_sb3`'s model: SB3's own ``load`` would unpickle code from the zip."""
+        if kwargs:
+            raise TypeError(f"{cls.__name__}.load takes path, env and device only, not {', '.join(kwargs)}")
+        return load_sb3(path, env=env, device=device)[0]
 
 
 class RoutingDQN(RoutedNetSaving, DQN):
@@ -158,21 +194,57 @@ class SB3Result:
 
 def load_sb3(path: str | Path, env: RoutingVecEnv | None = None, device: str | torch.device = "auto",
              net: RoutedNet | None = None) -> tuple[BaseAlgorithm, RoutedNet]:
-    """A saved agent and its feature network: ``(model, net)``.
+    """A saved agent and its feature network: ``(model, net)``, loaded without unpickling
+    anything but tensors; :class:`SB3LoadError` naming the file when it cannot be.
 
     With ``env`` (a :class:`RoutingVecEnv`, maybe under ``VecMonitor``), the saved weights go
     into the env's own net and feature trainer, and the model is ready to ``learn()`` on.
     ``net``: the hand-built net a model was trained on, for nets not built by arch name.
     """
-    with zipfile.ZipFile(path) as archive:
-        routing = json.loads(archive.read("data"))["routing"]
-    kwargs = {}
+    path = Path(path)
+    data, routing = _saved_settings(path)
     if env is not None:
-        kwargs = {"routed_net": env.unwrapped.net, "feature_trainer": env.unwrapped.trainer}
-    elif net is not None:
-        kwargs = {"routed_net": net}
-    model = ALGORITHMS[routing["agent"]].load(path, env=env, device=device, **kwargs)
+        net = env.unwrapped.net
+    elif net is None:
+        if routing.get("arch") is None:
+            raise SB3LoadError(f"{path} routes a hand-built net; pass it: load_sb3(path, net=...)")
+        net = build(routing["arch"], routing["width"], routing["classes"])
+    owned = {"routed_net": net, "feature_trainer": env.unwrapped.trainer if env is not None else None}
+    model = ALGORITHMS[routing["agent"]]("MlpPolicy", env, device=device, routing=routing, seed=data.get("seed"),
+                                         _init_setup_model=False, **owned, **routing["sb3"])
+    if env is None:
+        layout = ObservationLayout(net, routing["k_cpt"] == "dynamic")
+        model.observation_space, model.action_space = layout.observation_space, layout.action_space
+        model.n_envs = routing["n_envs"]
+    model._setup_model()
+    try:
+        model.set_parameters(str(path), exact_match=True, device=device)
+    except (pickle.UnpicklingError, RuntimeError, ValueError, KeyError, EOFError, OSError, zipfile.BadZipFile) as error:
+        raise SB3LoadError(f"cannot load the weights in {path}: {_first_line(error)}") from None
+    for name in RESTORED_COUNTERS:
+        value = data.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            setattr(model, name, value)
     return model, model.routed_net
+
+
+def _saved_settings(path: Path) -> tuple[dict, dict]:
+    """The zip's ``data`` JSON (read as JSON only) and its routing settings."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = json.loads(archive.read("data"))
+    except (zipfile.BadZipFile, KeyError, OSError, EOFError, ValueError) as error:
+        raise SB3LoadError(f"cannot read {path}: it is empty, truncated or not an SB3 model zip ({_first_line(error)})") from None
+    routing = data.get("routing") if isinstance(data, dict) else None
+    if not isinstance(routing, dict) or not {"agent", "sb3", "n_envs", "joint"} <= set(routing) or routing["agent"] not in ALGORITHMS:
+        raise SB3LoadError(f"{path} was not saved by this version of routing-rl's SB3 agents (no routing settings); "
+                           "train it again")
+    return data, routing
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
 
 
 def _algorithm_kwargs(config: TrainConfig, n_envs: int) -> dict:
@@ -186,10 +258,39 @@ def _algorithm_kwargs(config: TrainConfig, n_envs: int) -> dict:
     return kwargs
 
 
+def checkpoints(run_dir: Path) -> list[Path]:
+    """The run's checkpoint zips, the most environment steps first."""
+    found = [(int(m.group(1)), p) for p in (Path(run_dir) / CHECKPOINTS).glob("*_steps.zip")
+             if (m := CHECKPOINT_NAME.match(p.name))]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint zip with the most environment steps, if any."""
-    zips = list((Path(run_dir) / CHECKPOINTS).glob("*_steps.zip"))
-    return max(zips, key=lambda p: int(p.stem.split("_")[-2])) if zips else None
+    return next(iter(checkpoints(run_dir)), None)
+
+
+def load_newest(run_dir: Path, env: RoutingVecEnv, device: torch.device) -> BaseAlgorithm:
+    """The newest checkpoint of ``run_dir`` that loads; a damaged one (cut short by a full
+    disk, say) is reported on stderr and the next older one tried."""
+    problems = []
+    for path in checkpoints(run_dir):
+        try:
+            return load_sb3(path, env=env, device=device)[0]
+        except SB3LoadError as error:
+            problems.append(str(error))
+            print(f"skipping checkpoint {path}: {error}", file=sys.stderr)
+    raise SB3LoadError(f"no checkpoint in {Path(run_dir) / CHECKPOINTS} can be loaded: {'; '.join(problems)}")
+
+
+def sb3_logger(run_dir: Path, purge_step: int | None) -> Logger:
+    """SB3's CSV and TensorBoard output into ``run_dir``; a resumed run passes the step it
+    resumed at, so TensorBoard drops what the interrupted process logged after it."""
+    tensorboard = TensorBoardOutputFormat(str(run_dir))
+    if purge_step:
+        tensorboard.writer.close()
+        tensorboard.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge_step)
+    return Logger(str(run_dir), [CSVOutputFormat(str(Path(run_dir) / "progress.csv")), tensorboard])
 
 
 def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, device: torch.device,
@@ -214,20 +315,20 @@ def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, devic
     env = VecMonitor(RoutingVecEnv(n_envs, seed=config.seed, split=train_part, train=True, joint=joint, **env_kwargs))
     eval_env = VecMonitor(RoutingVecEnv(min(n_envs, len(validation)), seed=config.seed + 1, split=validation,
                                         train=False, **env_kwargs))
+    kwargs = _algorithm_kwargs(config, n_envs)
     routing = {"agent": config.agent, "arch": config.arch, "width": config.width, "classes": len(dataset.classes),
-               "k_cpt": config.k_cpt, "joint": dataclasses.asdict(joint)}
+               "k_cpt": config.k_cpt, "joint": dataclasses.asdict(joint), "sb3": kwargs, "n_envs": n_envs}
 
-    checkpoint = latest_checkpoint(run_dir) if resume else None
     history_path = run_dir / HISTORY_FILE
-    if checkpoint is not None:
-        model, _ = load_sb3(checkpoint, env=env, device=device)
+    if resume:
+        model = load_newest(run_dir, env, device)
         history = json.loads(history_path.read_text()) if history_path.is_file() else []
+        history = [entry for entry in history if entry["iteration"] <= model.num_timesteps]
     else:
         model = ALGORITHMS[config.agent]("MlpPolicy", env, routed_net=net, feature_trainer=env.unwrapped.trainer,
-                                         routing=routing, seed=config.seed, device=device,
-                                         **_algorithm_kwargs(config, n_envs))
+                                         routing=routing, seed=config.seed, device=device, **kwargs)
         history = []
-    model.set_logger(configure(str(run_dir), ["csv", "tensorboard"]))
+    model.set_logger(sb3_logger(run_dir, model.num_timesteps + 1 if resume else None))
 
     k_cpts = list(K_CPT_VALUES) if config.dynamic_k_cpt else [float(config.k_cpt)]
     validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),
@@ -248,9 +349,11 @@ def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, devic
     try:
         if remaining > 0:
             log_interval = n_envs if config.agent == "dqn" else 1  # DQN counts episodes, PPO/A2C rollouts
-            model.learn(remaining, callback=callback, log_interval=log_interval, reset_num_timesteps=checkpoint is None)
+            model.learn(remaining, callback=callback, log_interval=log_interval, reset_num_timesteps=not resume)
     except KeyboardInterrupt:
         model.save(run_dir / CHECKPOINTS / f"{config.agent}_{model.num_timesteps}_steps.zip")
         raise
+    finally:
+        model.logger.close()
     model.save(run_dir / MODEL_FILE)
     return SB3Result(model, net, validation_callback.history, k_cpts, tuple(dataset.classes))

@@ -18,7 +18,8 @@ rate halving continuously every ``lr_half_life`` optimiser steps, c_mod = k_L2 �
 (fraction of the batch through the node) × Σ w² over the node's weights, and TALR
 (:mod:`routing_rl.core.talr`) with the sampled paths' indicators. Routers get no gradient (the
 decisions are replayed, not scored), so only transforms and heads change. The training loss
-is always cross-entropy; a 0/1 ``error_cost`` changes the agent's reward, not this.
+is always cross-entropy; a 0/1 ``error_cost`` changes the agent's reward, not this. A NaN or
+infinite loss stops training (:mod:`routing_rl.training.guard`) before the step is taken.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from routing_rl.core.execution import Junction, route
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.policies import halving
 from routing_rl.core.talr import NodeGradients, talr_scales
+from routing_rl.training.guard import check_finite
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,8 @@ class FeatureTrainer:
             zero = torch.zeros((), device=device)
             squares = torch.stack([sum((w.square().sum() for w in weights), zero) for weights in self.weights])
             c_mod = self.options.k_l2 * (squares * reach.mean(0)).sum()
+            losses = {"losses/c_err": c_err.item(), "losses/c_mod": c_mod.item()}
+            check_finite(sum(losses.values()), "feature network's training loss", self.updates + 1, self.lr())
             self.optimizer.zero_grad(set_to_none=True)
             (c_err + c_mod).backward()
             if self.options.talr:
@@ -133,7 +137,7 @@ class FeatureTrainer:
         finally:
             self.net.train(was_training)
         self.updates += 1
-        self.last = {"losses/c_err": c_err.item(), "losses/c_mod": c_mod.item(), "charts/lr": lr}
+        self.last = {**losses, "charts/lr": lr}
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}

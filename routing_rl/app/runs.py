@@ -2,20 +2,24 @@
 
 A run directory holds::
 
-    config.json       the TrainConfig, written before training starts
+    config.json       the TrainConfig, written once the run has checked everything it can
     checkpoint.pt     written atomically every checkpoint_every iterations, at the end, on Ctrl-C
     events.out.tfevents.*   TensorBoard
     metrics.json      the final evaluation on the test split (written last: its presence
                       means the run is complete)
 
 ``train(config)`` starts a run; ``train(resume=RUN_DIR)`` continues one from its checkpoint.
+Nothing is created or deleted before the config, the device, the data and the memory
+needed have been checked; ``overwrite`` then removes only the files a run writes
+(:func:`run_files`), never anything else in the folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
+import os
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -23,8 +27,11 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
-from routing_rl.training.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
+from routing_rl.core.files import atomic_write_text, remove_stale_temporaries
+from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
+from routing_rl.training.memory import check_fits
+from routing_rl.training.guard import NonFiniteLossError
 from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.app.describe import summary
 from routing_rl.training.evaluate import evaluate
@@ -33,6 +40,10 @@ from routing_rl.training.monitor import Monitor
 CONFIG_FILE = "config.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.json"
+RUN_FILES = (CONFIG_FILE, CHECKPOINT_FILE, METRICS_FILE, "events.out.tfevents.*")
+"""What every run writes into its folder (glob patterns); SB3 runs add :data:`routing_rl.agents.sb3.RUN_FILES`."""
+OUT_OF_MEMORY = ("can't allocate memory", "not enough memory", "out of memory")
+"""How allocators other than CUDA's (CPU, MPS) word a failed allocation."""
 
 
 class RunError(ValueError):
@@ -67,24 +78,88 @@ def routing_env_ids() -> list[str]:
     return sorted(env_id for env_id in gym.registry if env_id.startswith("routing_rl/"))
 
 
-def run_directory(config: TrainConfig, overwrite: bool = False) -> Path:
-    """A new run directory under ``config.logdir``; an existing one is never reused silently."""
+def run_directory(config: TrainConfig) -> Path:
+    """Where ``config``'s run goes: ``logdir/run_name`` (default name: agent-arch-time)."""
     name = config.run_name or f"{config.agent}-{config.arch}-{datetime.now():%Y%m%d-%H%M%S}"
-    path = Path(config.logdir) / name
-    if path.exists() and any(path.iterdir()):
-        if not overwrite:
-            raise RunError(f"run directory {path} already exists; pass --resume {path} to continue it, --overwrite to replace it, or another --run-name")
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
+    return Path(config.logdir) / name
+
+
+def check_new_run_directory(path: Path, overwrite: bool) -> None:
+    """Raise RunError unless a new run may be written to ``path`` (nothing is changed).
+
+    An existing run is replaced only with ``overwrite``, except a failed start (a config.json
+    and no checkpoint or metrics), which a new start under the same name replaces; a folder
+    that is not a run directory is never touched."""
+    logdir = path.parent
+    existing = next(p for p in (logdir, *logdir.parents) if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        raise RunError(f"--logdir {logdir}: {existing} is a file, not a folder; choose another --logdir")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunError(f"--logdir {logdir} is not writable (no permission in {existing}); choose another --logdir")
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise RunError(f"{path} exists and is a file, not a run directory; choose another --run-name")
+    if not any(path.iterdir()):
+        return
+    if not (path / CONFIG_FILE).is_file():
+        raise RunError(f"{path} exists and is not a run directory (no {CONFIG_FILE}); routing-rl will not touch it: "
+                       "choose another --run-name or --logdir")
+    if has_results(path) and not overwrite:
+        raise RunError(f"run directory {path} already exists; pass --resume {path} to continue it, --overwrite to "
+                       "replace it, or another --run-name")
+
+
+def has_results(run_dir: Path) -> bool:
+    """Whether a run directory holds anything a run trained: a checkpoint or metrics."""
+    run_dir = Path(run_dir)
+    return any(run_dir.glob(CHECKPOINT_FILE)) or any(run_dir.glob("checkpoints/*_steps.zip")) or (run_dir / METRICS_FILE).is_file()
+
+
+def run_files(run_dir: Path) -> list[Path]:
+    """The files in ``run_dir`` that runs write, and nothing else."""
+    from routing_rl.agents.sb3 import RUN_FILES as SB3_RUN_FILES
+
+    run_dir = Path(run_dir)
+    return sorted({p for pattern in (*RUN_FILES, *SB3_RUN_FILES) for p in run_dir.glob(pattern) if p.is_file()})
+
+
+def create_run_directory(path: Path, config: TrainConfig) -> Path:
+    """Empty ``path`` of an earlier run's files (see :func:`check_new_run_directory`), create
+    it and write ``config.json``."""
+    if path.is_dir():
+        for file in run_files(path):
+            file.unlink()
+        for folder in (path, path / "checkpoints"):
+            remove_stale_temporaries(folder)
+        if (path / "checkpoints").is_dir() and not any((path / "checkpoints").iterdir()):
+            (path / "checkpoints").rmdir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        config.save(path / CONFIG_FILE)
+    except OSError as error:
+        raise RunError(f"cannot write the run directory {path}: {error.strerror or error}; choose another --logdir") from None
     return path
 
 
-def read_run(run_dir: Path) -> TrainConfig:
-    """The config of an existing run directory, with a clear error if it is not one."""
+def read_run(run_dir: Path, overrides: dict | None = None) -> TrainConfig:
+    """The config of an existing run directory, with ``overrides`` (machine settings only)
+    applied and validated like a new config; RunError naming the file when it is not one."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise RunError(f"{run_dir} is not a run directory (no {CONFIG_FILE}); give the folder a run was written to")
-    return TrainConfig.from_json(path.read_text())
+    overrides = overrides or {}
+    fixed = sorted(set(overrides) - set(RESUME_OVERRIDES))
+    if fixed:
+        raise RunError(f"a resumed run keeps the settings in its {CONFIG_FILE}; only {', '.join(RESUME_OVERRIDES)} "
+                       f"may change, not {', '.join(fixed)} (start a new run to change them)")
+    try:
+        values = json.loads(path.read_text())
+        if not isinstance(values, dict):
+            raise ValueError(f"it holds a JSON {type(values).__name__}, not an object")
+        return dataclasses.replace(TrainConfig.from_json(json.dumps(values)), **overrides).validate()
+    except (ValueError, TypeError) as error:  # JSONDecodeError is a ValueError
+        raise RunError(f"{path} is not a valid run config: {error}; restore it or start a new run") from None
 
 
 def has_checkpoint(run_dir: Path, config: TrainConfig) -> bool:
@@ -129,39 +204,53 @@ def train(
 
     A resumed run keeps its saved config; ``overrides`` may change only the machine's
     settings (:data:`~routing_rl.training.config.RESUME_OVERRIDES`), e.g. to continue on another device.
+    Resuming a complete run returns its metrics and trains nothing.
     """
     if resume is not None:
         run_dir = Path(resume)
-        config = read_run(run_dir)
-        overrides = overrides or {}
-        fixed = sorted(set(overrides) - set(RESUME_OVERRIDES))
-        if fixed:
-            raise RunError(f"a resumed run keeps the settings in its {CONFIG_FILE}; only {', '.join(RESUME_OVERRIDES)} "
-                           f"may change, not {', '.join(fixed)} (start a new run to change them)")
-        config = dataclasses.replace(config, **overrides)
+        config = read_run(run_dir, overrides)
+        if (run_dir / METRICS_FILE).is_file():
+            print(f"{run_dir} is complete already ({METRICS_FILE}); nothing to resume", file=sys.stderr)
+            return json.loads((run_dir / METRICS_FILE).read_text())
         if not has_checkpoint(run_dir, config):
             raise RunError(f"{run_dir} has no {CHECKPOINT_FILE} to resume from; start it again without --resume")
     else:
         if config is None:
             raise RunError("give a config to start a run, or a run directory to resume")
-        config.validate()
-        run_dir = run_directory(config, overwrite)
-        config.save(run_dir / CONFIG_FILE)
+        try:
+            config.validate()
+        except ValueError as error:
+            raise RunError(str(error)) from None
+        run_dir = run_directory(config)
+        check_new_run_directory(run_dir, overwrite)
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
     try:
         dataset, train_part, validation, test = prepare_data(config)
-    except ValueError as error:  # unknown dataset names and the like: the user's to fix
+        check_fits(config, len(dataset.classes), device)
+    except (ValueError, MemoryError) as error:  # unknown dataset names, partial copies, too large: the user's to fix
         raise RunError(str(error)) from None
-    if config.agent in SB3_AGENTS:
-        from routing_rl.agents.sb3 import train_sb3
+    if resume is None:
+        create_run_directory(run_dir, config)
+    for folder in (run_dir, run_dir / "checkpoints"):
+        remove_stale_temporaries(folder)
+    try:
+        if config.agent in SB3_AGENTS:
+            from routing_rl.agents.sb3 import train_sb3
 
-        started = time.perf_counter()
-        result = train_sb3(config, dataset, run_dir, device, resume=resume is not None)
-        net, evaluations = result.net, result.evaluations(test)
-        history, wall = result.history, time.perf_counter() - started
-    else:
-        net, evaluations, history, wall = _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume)
+            started = time.perf_counter()
+            result = train_sb3(config, dataset, run_dir, device, resume=resume is not None)
+            net, evaluations = result.net, result.evaluations(test)
+            history, wall = result.history, time.perf_counter() - started
+        else:
+            net, evaluations, history, wall = _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume)
+    except (CheckpointError, NonFiniteLossError) as error:
+        raise RunError(f"{run_dir}: {error}") from None
+    except (torch.OutOfMemoryError, RuntimeError) as error:
+        if not isinstance(error, torch.OutOfMemoryError) and not any(m in str(error) for m in OUT_OF_MEMORY):
+            raise
+        raise RunError(f"out of memory while training in {run_dir} on {device}: lower --batch-size (now "
+                       f"{config.batch_size}) or --width (now {config.width}), then start again with --overwrite") from None
     metrics = {
         "run": str(run_dir),
         "agent": config.agent,

@@ -9,6 +9,7 @@ a resumed run continues exactly where the checkpoint left it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from routing_rl.agents.base import Learner
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split, augment
 from routing_rl.training.evaluate import evaluate
+from routing_rl.training.guard import NonFiniteLossError, check_finite, diverged
 from routing_rl.training.monitor import Monitor, evaluation_scalars
 
 HISTOGRAM_EXAMPLES = 512
@@ -118,6 +120,15 @@ def fit(
         augment_generator.set_state(resume["augment_generator"])
         state = TrainingState(**resume["training_state"])
 
+    saved = [state.iteration if resume is not None else None]
+
+    def kept() -> str:
+        if save is None:
+            return ""
+        if saved[0] is None:
+            return "no checkpoint had been written yet"
+        return f"the checkpoint of iteration {saved[0]} is kept"
+
     def checkpoint() -> None:
         if save is not None:
             save(
@@ -128,6 +139,7 @@ def fit(
                     "training_state": vars(state),
                 }
             )
+            saved[0] = state.iteration
 
     learner.net.train()
     started = time.perf_counter() - state.train_seconds
@@ -137,7 +149,14 @@ def fit(
             index = sampler.next().to(device)
             images = augment(train.images[index], train.source[index], augment_generator)
             batch = Split(images, train.labels[index], train.source[index])
-            stats = learner.train_step(batch, state.iteration)
+            try:
+                stats = learner.train_step(batch, state.iteration)
+            except RuntimeError:  # NaN scores stop sampling (torch.multinomial) before any loss exists
+                if finite(learner.net):
+                    raise
+                raise NonFiniteLossError(diverged("the weights became non-finite", state.iteration,
+                                                  learner_lr(learner, state.iteration), kept())) from None
+            check_finite(stats["losses/total"], "training loss", state.iteration + 1, stats.get("charts/lr", config.lr), kept())
             state.iteration += 1
             window_examples += len(index)
             if monitor is not None and (state.iteration % LOG_EVERY == 0 or state.iteration == config.iterations):
@@ -163,6 +182,16 @@ def fit(
         raise
     checkpoint()
     return state
+
+
+def finite(net: torch.nn.Module) -> bool:
+    """Whether every parameter of ``net`` is finite (one device synchronisation)."""
+    return bool(torch.stack([p.isfinite().all() for p in net.parameters()]).all())
+
+
+def learner_lr(learner: Learner, iteration: int) -> float:
+    """The learner's scheduled learning rate, for messages (nan when it has none)."""
+    return learner.lr(iteration) if hasattr(learner, "lr") else math.nan
 
 
 SHOWN_IN_PROGRESS = ("losses/total", "charts/train_accuracy", "charts/train_mean_macs", "charts/examples_per_second")

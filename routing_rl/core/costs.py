@@ -8,6 +8,10 @@ import torch.nn.functional as F
 K_CPT_VALUES = (0.0, 1e-9, 2e-9, 4e-9, 8e-9, 1.6e-8, 3.2e-8, 6.4e-8)
 """The paper's costs per MAC; a dynamic-k_cpt net samples one of them per training example."""
 
+K_CPT_MAX = 1e-4
+"""The largest cost per MAC accepted: over a thousand times the paper's largest, while
+k_cpt × MACs (and its square in critic losses) stays far inside float32's range."""
+
 ERROR_COSTS = ("cross_entropy", "zero_one")
 
 
@@ -27,11 +31,14 @@ def computation_cost(macs: torch.Tensor | int | float, k_cpt: torch.Tensor | flo
 
 
 def check_k_cpt(k_cpt: float) -> float:
-    """A fixed k_cpt must be a finite number >= 0."""
+    """A fixed k_cpt must be a finite number in [0, :data:`K_CPT_MAX`]."""
     try:
         value = float(k_cpt)
     except (TypeError, ValueError):
         raise ValueError(f"k_cpt must be a number >= 0 (cost per MAC, e.g. 4e-9), got {k_cpt!r}") from None
     if not value >= 0 or value == float("inf"):
         raise ValueError(f"k_cpt must be a finite number >= 0 (cost per MAC, e.g. 4e-9), got {k_cpt!r}")
+    if value > K_CPT_MAX:
+        raise ValueError(f"k_cpt must be at most {K_CPT_MAX:g} per MAC (the paper's costs run from 0 to "
+                         f"{max(K_CPT_VALUES):g}), got {k_cpt!r}")
     return value

@@ -23,14 +23,22 @@ import torch.nn.functional as F
 from routing_rl.core.execution import Decide, Junction
 
 
+MAX_HALVINGS = 30
+"""Schedules stop halving here, at ``2^-30 ≈ 1e-9`` of their start (the paper's schedule
+halves 8 times): a temperature never underflows to 0, and ``scores / tau`` stays finite."""
+
+
 def halving(value: float, iteration: float, half_life: float) -> float:
-    """``value`` halved every ``half_life`` iterations, continuously: ``value · 0.5^(t / h)``."""
-    return value * 0.5 ** (iteration / half_life)
+    """``value`` halved every ``half_life`` iterations, continuously, ``value · 0.5^(t / h)``,
+    down to its floor ``value · 0.5^MAX_HALVINGS``."""
+    return value * 0.5 ** min(iteration / half_life, MAX_HALVINGS)
 
 
 def softmax_probabilities(scores: torch.Tensor, tau: float) -> torch.Tensor:
-    """``softmax(scores / tau)`` over the sinks, ``(b, n)``."""
-    return F.softmax(scores / tau, dim=1)
+    """``softmax(scores / tau)`` over the sinks, ``(b, n)``. The largest score is subtracted
+    first (softmax does not change), so a small ``tau`` gives ``-inf`` for unlikely sinks,
+    never ``inf - inf = NaN``."""
+    return F.softmax((scores - scores.detach().amax(1, keepdim=True)) / tau, dim=1)
 
 
 def greedy_probabilities(scores: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +61,48 @@ PRESET_VALUES: dict[str, dict] = {
                   epsilon_half_life=10, eval_every=10, checkpoint_every=10, eval_examples=64,
                   train_examples=256),
 }
+
+
+RUN_NAME_HINT = "one folder name: not empty, '.' or '..', without / or \\"
+KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a JSON object"}
+# field: (accepted Python types, None allowed); int counts as a number where floats are accepted
+FIELD_TYPES = {
+    "agent": ((str,), False), "policy": ((str,), True), "env": ((str,), False), "dataset": ((str,), True),
+    "arch": ((str,), True), "width": ((int,), False), "k_cpt": ((int, float), False), "preset": ((str,), False),
+    "iterations": ((int,), False), "batch_size": ((int,), False), "lr": ((int, float), False),
+    "lr_half_life": ((int, float), False), "momentum": ((int, float), False), "tau": ((int, float), True),
+    "tau_half_life": ((int, float), False), "epsilon": ((int, float), False),
+    "epsilon_half_life": ((int, float), False), "k_dec": ((int, float), False), "k_ure": ((int, float), False),
+    "k_l2": ((int, float), False), "talr": ((bool,), False), "execution": ((str,), True),
+    "error_cost": ((str,), False), "utility_error": ((str,), False), "probability_floor": ((int, float), False),
+    "validation_fraction": ((int, float), False), "eval_every": ((int,), False), "eval_examples": ((int,), True),
+    "train_examples": ((int,), True), "checkpoint_every": ((int,), False), "seed": ((int,), False),
+    "device": ((str,), False), "data_dir": ((str,), True), "download": ((bool,), False), "logdir": ((str,), False),
+    "run_name": ((str,), True), "extra": ((dict,), False),
+}
+_POSITIVE = ((0, False), (math.inf, False), "a finite number > 0")
+_NON_NEGATIVE = ((0, True), (math.inf, False), "a finite number >= 0")
+_COUNT = ((1, True), (math.inf, False), "a positive integer")
+RANGES = {  # field: ((low, inclusive), (high, inclusive), what to say)
+    "width": _COUNT, "iterations": _COUNT, "batch_size": _COUNT, "eval_every": _COUNT, "checkpoint_every": _COUNT,
+    "eval_examples": _COUNT, "train_examples": _COUNT, "seed": ((0, True), (math.inf, False), "an integer >= 0"),
+    "lr": _POSITIVE, "lr_half_life": _POSITIVE, "tau": _POSITIVE, "tau_half_life": _POSITIVE,
+    "epsilon_half_life": _POSITIVE, "k_dec": _NON_NEGATIVE, "k_ure": _NON_NEGATIVE, "k_l2": _NON_NEGATIVE,
+    "momentum": ((0, True), (1, False), "in [0, 1)"),
+    "epsilon": ((0, True), (1, True), "in [0, 1]"),
+    "probability_floor": ((0, False), (1, False), "in (0, 1), so that no path has zero probability"),
+    "validation_fraction": ((0, False), (1, False), "in (0, 1)"),
+}
+
+
+def check_run_name(name: str | None) -> None:
+    """A run name is one path component: never ``.``, ``..``, empty, absolute or nested, so
+    that the run directory always lies directly inside the logdir."""
+    if name is None:
+        return
+    separators = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
+    if name in ("", ".", "..") or any(sep in name for sep in separators) or "\0" in name or name != name.strip():
+        raise ValueError(f"run_name must be {RUN_NAME_HINT}, got {name!r}")
 
 
 @dataclass
@@ -126,7 +170,9 @@ class TrainConfig:
         return "sampled" if self.resolved_policy in ("eps-greedy", "greedy") else "full"
 
     def validate(self) -> TrainConfig:
-        """Raise ValueError naming the first bad field and how to fix it."""
+        """Raise ValueError naming the first bad field and how to fix it (also for a config
+        read back from a hand-edited config.json: every field's type and range is checked)."""
+        self._check_types()
         if self.agent not in AGENTS:
             raise ValueError(f"unknown agent {self.agent!r}; choose one of {', '.join(AGENTS)}")
         allowed = AGENT_POLICIES[self.agent]
@@ -163,18 +209,27 @@ class TrainConfig:
             raise ValueError(f"unknown execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
         if self.agent == "actor" and self.resolved_execution != "full":
             raise ValueError("the actor needs the full tree (exact expectations); drop --execution=sampled")
-        for name in ("iterations", "batch_size", "width"):
+        for name, (low, high, hint) in RANGES.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("lr", "lr_half_life", "tau_half_life", "epsilon_half_life", "eval_every", "checkpoint_every"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not 0.0 <= self.epsilon <= 1.0:
-            raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon!r}")
-        if not 0.0 < self.validation_fraction < 1.0:
-            raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}")
+            if value is None:
+                continue
+            above = value >= low[0] if low[1] else value > low[0]
+            below = value <= high[0] if high[1] else value < high[0]
+            if not (math.isfinite(value) and above and below):
+                raise ValueError(f"{name} must be {hint}, got {value!r}")
+        check_run_name(self.run_name)
         return self
+
+    def _check_types(self) -> None:
+        for name, (kinds, optional) in FIELD_TYPES.items():
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            if name == "k_cpt" and value == "dynamic":
+                continue
+            if isinstance(value, bool) != (bool in kinds) or not isinstance(value, kinds):
+                expected = KIND_NAMES[float if float in kinds else kinds[0]] + (" or null" if optional else "")
+                raise ValueError(f"{name} must be {expected}, got {value!r}")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -32,11 +32,14 @@ def evaluation_scalars(evaluation: dict, prefix: str) -> dict[str, float]:
 class Monitor:
     """A TensorBoard writer into ``run_dir`` and a tqdm bar over the training iterations.
 
-    The bar is silent when stderr is not a terminal (CI, redirected logs).
+    The bar is silent when stderr is not a terminal (CI, redirected logs). A run resumed from
+    its checkpoint at iteration ``initial`` asks TensorBoard to drop the events after
+    ``initial`` that the interrupted process wrote past that checkpoint (``purge_step``), so
+    no step is shown twice.
     """
 
     def __init__(self, run_dir: Path, total: int, initial: int = 0, description: str = "train"):
-        self.writer = SummaryWriter(log_dir=str(run_dir))
+        self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=initial + 1 if initial else None)
         self.bar = tqdm(
             total=total,
             initial=initial,
