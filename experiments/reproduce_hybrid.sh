@@ -6,8 +6,9 @@
 #   bash experiments/reproduce_hybrid.sh [LOGDIR] [PRESET]      (defaults: runs/repro cpu-small)
 #
 # The static nets' learning rate is chosen on the validation split (static-8 trained for
-# LRSEL_ITERATIONS, default 400, at each candidate), never on the test split. Finished runs
-# are skipped and interrupted ones resumed, so the script can be rerun after a stop.
+# LRSEL_ITERATIONS, default 400, at each candidate; routing_rl.app.sweep.select_static_lr),
+# never on the test split. Finished runs are skipped and interrupted ones resumed, so the
+# script can be rerun after a stop.
 set -euo pipefail
 LOGDIR=${1:-runs/repro}
 PRESET=${2:-cpu-small}
@@ -18,24 +19,14 @@ run() {
   local name=$1; shift
   if [ -f "$LOGDIR/$name/metrics.json" ]; then echo "done already: $name"; return; fi
   local command=("${TRAIN[@]}" --run-name "$name" "$@")
-  if [ -d "$LOGDIR/$name" ]; then command=(python experiments/train_agent.py --resume "$LOGDIR/$name"); fi
+  if [ -f "$LOGDIR/$name/checkpoint.pt" ]; then command=(python experiments/train_agent.py --resume "$LOGDIR/$name"); fi
   echo "$(date +%T) training $name"
   "${command[@]}" > "$LOGDIR/$name.log" 2>&1 || { echo "$name failed, see $LOGDIR/$name.log"; exit 1; }
 }
 mkdir -p "$LOGDIR"
 
-for lr in 0.1 0.05 0.02 0.01; do
-  run "lrsel-static-8-lr$lr" --agent static --arch static-8 --lr "$lr" --iterations "$LRSEL_ITERATIONS" --eval-every "$LRSEL_ITERATIONS"
-done
-LR=$(python - "$LOGDIR" <<'PY'
-import glob, json, sys
-validation = {}
-for path in glob.glob(f"{sys.argv[1]}/lrsel-static-8-lr*/metrics.json"):
-    run = json.load(open(path))
-    validation[run["history"][-1]["evaluations"][0]["accuracy"]] = run["config"]["lr"]
-print(validation[max(validation)])
-PY
-)
+LR=$(python experiments/sweep.py --select-static-lr --lr-iterations "$LRSEL_ITERATIONS" --preset "$PRESET" \
+  --seeds 0 --logdir "$LOGDIR")
 echo "static learning rate chosen on validation: $LR"
 
 run actor-k4e-9 --agent actor --k-cpt 4e-9

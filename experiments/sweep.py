@@ -1,14 +1,28 @@
 """Train the runs behind a figure, skipping the ones already complete, then draw it.
 
     python experiments/sweep.py --agents actor --k-cpts 0 4e-9 1.6e-8 --static 1 2 3 4 5 6 7 8 \
-        --static-lr 0.02 --preset cpu-small --logdir runs/hybrid --figures figures/hybrid
+        --static-lr auto --preset cpu-small --logdir runs/hybrid --figures figures/hybrid
+
+``--static-lr auto`` chooses the static nets' learning rate on the validation split first
+(``--select-static-lr`` does only that and prints it).
 """
 
 import argparse
 import sys
+from functools import partial
 
+from routing_rl.app.cli import parse_k_cpt
 from routing_rl.app.figures import write_figures
-from routing_rl.app.sweep import run_sweep, sweep_configs
+from routing_rl.app.sweep import LR_CANDIDATES, run_sweep, select_static_lr, sweep_configs
+
+
+def static_lr_flag(text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
 def main() -> int:
@@ -16,7 +30,12 @@ def main() -> int:
     parser.add_argument("--agents", nargs="*", default=["actor"], help="learners to train at every k_cpt (default: actor)")
     parser.add_argument("--k-cpts", nargs="*", default=["4e-9"], help="k_cpt values, or 'dynamic' (default: 4e-9)")
     parser.add_argument("--static", nargs="*", type=int, default=[], help="static nets to train, by column count")
-    parser.add_argument("--static-lr", type=float, default=None, help="learning rate of the static nets (default: the preset's)")
+    parser.add_argument("--static-lr", type=static_lr_flag, default=None,
+                        help="learning rate of the static nets, or 'auto' to choose it on validation (default: the preset's)")
+    parser.add_argument("--lr-candidates", nargs="*", type=float, default=list(LR_CANDIDATES),
+                        help=f"learning rates --static-lr auto tries, preferred first on a tie (default: {LR_CANDIDATES})")
+    parser.add_argument("--lr-iterations", type=int, default=400, help="iterations of each --static-lr auto trial (default: 400)")
+    parser.add_argument("--select-static-lr", action="store_true", help="only choose the static nets' learning rate and print it")
     parser.add_argument("--seeds", nargs="*", type=int, default=[0], help="seeds (default: 0)")
     parser.add_argument("--arch", default="chain", help="chain or tree for the routed learners (default: chain)")
     parser.add_argument("--preset", default="cpu-small", help="schedule preset (default: cpu-small)")
@@ -26,12 +45,19 @@ def main() -> int:
     parser.add_argument("--logdir", default="runs", help="folder for the run directories (default: runs)")
     parser.add_argument("--figures", default=None, help="also write the figures of all runs to this folder")
     args = parser.parse_args()
+    machine = dict(dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir)
     try:
-        k_cpts = [k if k == "dynamic" else float(k) for k in args.k_cpts]
-        configs = sweep_configs(
-            args.agents, k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset, static_lr=args.static_lr,
-            dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir,
-        )
+        k_cpts = [parse_k_cpt(k) for k in args.k_cpts]
+        static_lr = args.static_lr
+        if args.select_static_lr or static_lr == "auto":
+            log = partial(print, file=sys.stderr) if args.select_static_lr else print
+            static_lr = select_static_lr(args.lr_candidates, args.lr_iterations, preset=args.preset, seed=(args.seeds or [0])[0],
+                                         log=log, **machine)
+            if args.select_static_lr:
+                print(f"{static_lr:g}")
+                return 0
+        configs = sweep_configs(args.agents, k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset,
+                                static_lr=static_lr, **machine)
         run_dirs = run_sweep(configs)
         if args.figures:
             print("\n".join(map(str, write_figures(run_dirs, args.figures))))

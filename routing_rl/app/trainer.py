@@ -71,9 +71,11 @@ class TrainingState:
     train_seconds: float = 0.0
 
 
-def validate(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None) -> dict:
+def validate(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None, kept: str = "") -> dict:
     """Evaluate on the validation split at every k_cpt the learner is judged at; log the
-    results and histograms of the router scores on the first validation examples."""
+    results and histograms of the router scores on the first validation examples.
+    Non-finite scores (weights so large that activations overflow) raise
+    :class:`NonFiniteLossError`, ``kept`` saying which checkpoint survives."""
     entry = {"iteration": iteration, "evaluations": []}
     for k_cpt in learner.eval_k_cpts():
         result = evaluate(learner.net, validation, k_cpt, learner.decide(k_cpt))
@@ -86,6 +88,9 @@ def validate(learner: Learner, validation: Split, iteration: int, monitor: Monit
         with torch.no_grad():
             images = validation.images[:HISTOGRAM_EXAMPLES].to(learner.device)
             scores = learner.net(images, learner.eval_k_cpts()[0]).scores
+        if not bool(torch.stack([s.isfinite().all() for s in scores.values()]).all()):
+            raise NonFiniteLossError(diverged("the router scores became non-finite", iteration,
+                                              learner_lr(learner, iteration - 1), kept))
         monitor.histograms({f"routing/scores/{junction}": s for junction, s in scores.items()}, iteration)
     return entry
 
@@ -158,6 +163,11 @@ def fit(
                                                   learner_lr(learner, state.iteration), kept())) from None
             check_finite(stats["losses/total"], "training loss", state.iteration + 1, stats.get("charts/lr", config.lr), kept())
             state.iteration += 1
+            validating = state.iteration % config.eval_every == 0 or state.iteration == config.iterations
+            if (validating or state.iteration % config.checkpoint_every == 0) and not finite(learner.net):
+                # the step's loss was finite but its update was not: never evaluate or save such weights
+                raise NonFiniteLossError(diverged("the weights became non-finite", state.iteration,
+                                                  learner_lr(learner, state.iteration - 1), kept()))
             window_examples += len(index)
             if monitor is not None and (state.iteration % LOG_EVERY == 0 or state.iteration == config.iterations):
                 now = time.perf_counter()
@@ -167,8 +177,8 @@ def fit(
             if monitor is not None:
                 shown = {k.split("/")[-1]: v for k, v in stats.items() if k in SHOWN_IN_PROGRESS}
                 monitor.progress(1, **shown)
-            if state.iteration % config.eval_every == 0 or state.iteration == config.iterations:
-                entry = validate(learner, validation, state.iteration, monitor)
+            if validating:
+                entry = validate(learner, validation, state.iteration, monitor, kept())
                 state.history.append(entry)
                 if after_validation is not None:
                     after_validation(entry)
