@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from routing_rl.agents.sb3_callbacks import TrainingCharts, Validation
 from routing_rl.envs.joint import FeatureTrainer, JointTraining
-from routing_rl.envs.observation import ObservationLayout
+from routing_rl.envs.observation import DESCRIPTOR_BOUND, ObservationLayout
 from routing_rl.envs.sb3_vec_env import RoutingVecEnv
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -68,6 +68,7 @@ from routing_rl.core.costs import K_CPT_VALUES
 from routing_rl.core.files import atomic_write
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
+from routing_rl.training.guard import NonFiniteLossError, diverged
 from routing_rl.core.execution import Decide, Junction
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
@@ -84,6 +85,8 @@ SB3_DEFAULTS = {
 HISTORY_FILE = "sb3_history.json"
 CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.zip"
+PROBE_EXAMPLES = 64
+"""Validation examples run through the net to tell a diverged feature network from a bug."""
 RUN_FILES = (HISTORY_FILE, MODEL_FILE, "best_model.zip", "evaluations.npz", "progress.csv", f"{CHECKPOINTS}/*_steps.zip")
 """What an SB3 run writes into its run directory (glob patterns), beside the TensorBoard files."""
 CHECKPOINT_NAME = re.compile(r"^.+_(\d+)_steps\.zip$")
@@ -247,6 +250,16 @@ def _first_line(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
+def features_diverged(net: RoutedNet, images: torch.Tensor) -> bool:
+    """Whether ``net``'s descriptors (the agent's observations) on ``images`` reach the
+    observation bound or are not finite, or its logits are not finite."""
+    with torch.no_grad():
+        out = net(images)
+    descriptors = torch.cat([d.flatten() for d in out.descriptors.values()])
+    logits = torch.cat([t.flatten() for t in out.logits.values()])
+    return not bool(descriptors.abs().lt(DESCRIPTOR_BOUND).all() and logits.isfinite().all())
+
+
 def _algorithm_kwargs(config: TrainConfig, n_envs: int) -> dict:
     kwargs = dict(SB3_DEFAULTS[config.agent], gamma=1.0)
     if config.agent == "dqn":
@@ -353,6 +366,12 @@ def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, devic
     except KeyboardInterrupt:
         model.save(run_dir / CHECKPOINTS / f"{config.agent}_{model.num_timesteps}_steps.zip")
         raise
+    except (ValueError, RuntimeError):  # SB3 meets NaN observations (e.g. in its Categorical) first
+        if not features_diverged(net, validation.images[:PROBE_EXAMPLES].to(device)):
+            raise
+        raise NonFiniteLossError(diverged(f"the feature network's outputs grew past ±{DESCRIPTOR_BOUND:g} (the observation "
+                                          "bound) or became non-finite", model.num_timesteps,
+                                          env.unwrapped.trainer.lr(), "the checkpoints in checkpoints/ are kept")) from None
     finally:
         model.logger.close()
     model.save(run_dir / MODEL_FILE)
