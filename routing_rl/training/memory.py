@@ -20,23 +20,34 @@ from routing_rl.nets.multiscale import build
 from routing_rl.training.config import TrainConfig
 
 FLOAT_BYTES = 4
+SUGGESTION_SHARE = 0.5
+"""Suggested sizes fill at most this share of the free memory: the estimate is rough, and
+the machine has other users."""
 INPUT_SHAPE = (3, 32, 32)
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes a training run needs: ``fixed`` (parameters, gradients, momentum) plus
-    ``per_example`` × batch size."""
+    """What training needs, from the net at width 1: ``parameters`` and ``outputs`` (the
+    values every layer outputs for one example)."""
 
-    fixed: int
-    per_example: int
+    parameters: int
+    outputs: int
 
-    def total(self, batch_size: int) -> int:
-        return self.fixed + self.per_example * batch_size
+    def fixed(self, width: int) -> int:
+        """Bytes of weights, gradients and momentum at ``width``."""
+        return 3 * FLOAT_BYTES * self.parameters * width**2
+
+    def per_example(self, width: int) -> int:
+        """Bytes per example: input, augmented input, layer outputs and their gradients."""
+        return FLOAT_BYTES * (2 * torch.Size(INPUT_SHAPE).numel() + 2 * self.outputs * width)
+
+    def total(self, width: int, batch_size: int) -> int:
+        return self.fixed(width) + self.per_example(width) * batch_size
 
 
 def estimate(config: TrainConfig, classes: int) -> MemoryEstimate:
-    """The memory :class:`MemoryEstimate` of training ``config``'s net (already validated)."""
+    """The :class:`MemoryEstimate` of ``config``'s net (already validated)."""
     net = build(config.arch, 1, classes, k_cpt_input=config.dynamic_k_cpt)
     outputs: list[int] = []
 
@@ -49,9 +60,7 @@ def estimate(config: TrainConfig, classes: int) -> MemoryEstimate:
         net(torch.zeros(1, *INPUT_SHAPE), torch.zeros(1) if config.dynamic_k_cpt else None)
     for hook in hooks:
         hook.remove()
-    parameters = sum(p.numel() for p in net.parameters()) * config.width**2
-    per_example = 2 * torch.Size(INPUT_SHAPE).numel() + 2 * sum(outputs) * config.width
-    return MemoryEstimate(3 * parameters * FLOAT_BYTES, per_example * FLOAT_BYTES)
+    return MemoryEstimate(sum(p.numel() for p in net.parameters()), sum(outputs))
 
 
 def available_bytes(device: torch.device) -> int | None:
@@ -73,12 +82,19 @@ def check_fits(config: TrainConfig, classes: int, device: torch.device) -> None:
     if free is None:
         return
     need = estimate(config, classes)
-    if need.total(config.batch_size) <= free:
+    width, batch_size = config.width, config.batch_size
+    if need.total(width, batch_size) <= free:
         return
     gib = 2**30
-    what = (f"out of memory: --arch {config.arch} --width {config.width} --batch-size {config.batch_size} needs "
-            f"about {need.total(config.batch_size) / gib:.3g} GiB to train, but {device} has {free / gib:.3g} GiB free")
-    if need.fixed + need.per_example <= free:
-        largest = (free - need.fixed) // need.per_example
-        raise MemoryError(f"{what}; lower --batch-size to at most {largest}")
-    raise MemoryError(f"{what}; its parameters alone need {need.fixed / gib:.3g} GiB: lower --width (default 1)")
+    what = (f"out of memory: --arch {config.arch} --width {width} --batch-size {batch_size} needs about "
+            f"{need.total(width, batch_size) / gib:.3g} GiB to train, but {device} has {free / gib:.3g} GiB free")
+    room = int(free * SUGGESTION_SHARE)
+    if need.total(width, 1) <= room:
+        raise MemoryError(f"{what}; lower --batch-size to at most {(room - need.fixed(width)) // need.per_example(width)}")
+    widest = 0
+    for step in (2**k for k in reversed(range(width.bit_length()))):  # the widest width that fits this batch
+        if widest + step < width and need.total(widest + step, batch_size) <= room:
+            widest += step
+    if widest:
+        raise MemoryError(f"{what}; lower --width to at most {widest}")
+    raise MemoryError(f"{what}; lower --width to 1 and --batch-size to at most {(room - need.fixed(1)) // need.per_example(1)}")

@@ -1,0 +1,378 @@
+"""Issue 13 below the CLI: atomic files, safe loading, config checks, schedule floors, the
+NaN guard, memory estimates and dataset verification (tiny synthetic data only)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from synthetic_data import write_image_folder, write_mnist_idx
+
+from routing_rl.core.files import atomic_write, atomic_write_text, remove_stale_temporaries
+from routing_rl.core.policies import MAX_HALVINGS, TrainingPolicy, halving
+from routing_rl.data import DataNotFoundError, Split, cache, fetch, load_dataset
+from routing_rl.nets.multiscale import build
+from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from routing_rl.training.config import TrainConfig, make_config
+from routing_rl.training.guard import NonFiniteLossError
+from routing_rl.training.memory import check_fits, estimate
+
+
+class Planted:
+    """A pickle that, if ever unpickled, leaves a marker file: proof that code ran."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+# --- atomic files ------------------------------------------------------------------------
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "checkpoint.pt"
+    atomic_write_text(target, "old")
+
+    def fail(stream):
+        stream.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write(target, fail)
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+
+
+def test_stale_temporaries_are_removed_and_nothing_else(tmp_path):
+    stale = tmp_path / ".checkpoint.pt.a1b2_c3d.tmp"
+    stale.write_bytes(b"killed mid-write")
+    kept = [tmp_path / "notes.tmp", tmp_path / ".hidden.tmp", tmp_path / "checkpoint.pt"]
+    for path in kept:
+        path.write_text("user's")
+    assert remove_stale_temporaries(tmp_path) == [stale]
+    assert not stale.exists() and all(p.exists() for p in kept)
+
+
+def test_the_cache_writes_through_the_one_atomic_writer(tmp_path):
+    path = tmp_path / "entry.pt"
+    cache.save_entry(path, {"x": torch.arange(3)})
+    assert torch.equal(cache.load_entry(path)["x"], torch.arange(3))
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)
+    assert [p.name for p in tmp_path.iterdir()] == ["entry.pt"]
+
+
+# --- loading never runs code -------------------------------------------------------------
+
+
+def test_a_planted_pickle_in_a_checkpoint_is_refused_and_never_runs(tmp_path):
+    marker = tmp_path / "PWNED"
+    torch.save({"learner": Planted(marker)}, tmp_path / "checkpoint.pt")
+    with pytest.raises(CheckpointError, match=r"refusing to load .*checkpoint\.pt: it holds Python objects"):
+        load_checkpoint(tmp_path / "checkpoint.pt")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_damaged_checkpoint_is_named(tmp_path, damage):
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"learner": {"w": torch.ones(1000)}, "training_state": {"iteration": 3, "history": []}})
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"")
+    with pytest.raises(CheckpointError, match=r"cannot read .*checkpoint\.pt: it is empty, truncated"):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_round_trips_with_weights_only(tmp_path):
+    state = {"learner": {"w": torch.randn(4)}, "sampler": {"position": 3},
+             "training_state": {"iteration": 7, "history": [{"iteration": 5, "evaluations": [{"accuracy": 0.5}]}],
+                                "train_seconds": 1.5}}
+    save_checkpoint(tmp_path / "c.pt", state)
+    loaded = load_checkpoint(tmp_path / "c.pt")
+    assert torch.equal(loaded["learner"]["w"], state["learner"]["w"]) and loaded["training_state"] == state["training_state"]
+
+
+# --- configs -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(k_cpt=1e30), "k_cpt must be at most 0.0001"),
+        (dict(lr=math.inf), "lr must be a finite number > 0, got inf"),
+        (dict(k_dec=math.nan), "k_dec must be a finite number >= 0, got nan"),
+        (dict(momentum=-1.0), r"momentum must be in \[0, 1\), got -1"),
+        (dict(tau=0.0), "tau must be a finite number > 0, got 0"),
+        (dict(probability_floor=2.0), r"probability_floor must be in \(0, 1\)"),
+        (dict(lr="abc"), "lr must be a number, got 'abc'"),
+        (dict(iterations=2.5), "iterations must be an integer, got 2.5"),
+        (dict(talr="yes"), "talr must be true or false"),
+        (dict(run_name="."), "run_name must be one folder name"),
+        (dict(run_name=".."), "run_name must be one folder name"),
+        (dict(run_name="/tmp/elsewhere"), "run_name must be one folder name"),
+        (dict(run_name="a/b"), "run_name must be one folder name"),
+        (dict(run_name=""), "run_name must be one folder name"),
+    ],
+)
+def test_bad_settings_are_named(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        make_config("smoke", **overrides)
+
+
+def test_a_hand_edited_config_is_validated_like_a_new_one():
+    values = json.loads(make_config("smoke").to_json())
+    values["momentum"] = 1.5
+    with pytest.raises(ValueError, match="momentum must be in"):
+        TrainConfig.from_json(json.dumps(values)).validate()
+
+
+# --- schedules ---------------------------------------------------------------------------
+
+
+def test_schedules_stop_halving_at_their_floor():
+    assert halving(1.0, 1_240, 10) == 0.5**MAX_HALVINGS > 0
+    assert halving(0.1, 10**12, 1) == 0.1 * 0.5**MAX_HALVINGS
+    assert halving(1.0, 80_000, 10_000) == pytest.approx(2**-8)  # the paper's schedule is untouched
+
+
+def test_a_late_softmax_policy_gives_probabilities_not_nan():
+    policy = TrainingPolicy("softmax", 1.0, 10)
+    scores = torch.tensor([[0.0, 1e-3], [5.0, -5.0], [1e6, -1e6]], requires_grad=True)
+    p = policy.probabilities(scores, 1_240)
+    assert torch.isfinite(p).all() and torch.allclose(p.sum(1), torch.ones(3))
+    p[:, 0].sum().backward()
+    assert torch.isfinite(scores.grad).all()
+
+
+@pytest.mark.parametrize("agent, policy", [("actor", None), ("critic", "eps-greedy")])
+def test_a_run_resumed_long_after_its_schedules_ran_out_trains_finitely(agent, policy):
+    from routing_rl.agents.registry import make_learner
+
+    config = make_config("smoke", agent=agent, policy=policy, tau_half_life=10, lr_half_life=10, epsilon_half_life=10)
+    learner = make_learner(config, 3, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)
+    batch = Split(torch.rand(8, 3, 32, 32, generator=generator), torch.arange(8) % 3, torch.zeros(8, dtype=torch.long))
+    for iteration in (1_240, 1_241, 10**7):
+        stats = learner.train_step(batch, iteration)
+        assert math.isfinite(stats["losses/total"]), (iteration, stats)
+
+
+# --- the NaN guard -----------------------------------------------------------------------
+
+
+def test_the_trainer_stops_on_a_non_finite_loss_and_keeps_the_last_good_checkpoint():
+    from routing_rl.agents.static import StaticLearner
+    from routing_rl.app.trainer import fit
+    from routing_rl.nets.multiscale import static
+
+    config = make_config("smoke", agent="static", arch="static-1", iterations=8, batch_size=4, eval_every=4,
+                         checkpoint_every=2)
+    torch.manual_seed(0)
+    learner = StaticLearner(static(1, classes=3), config, torch.device("cpu"))
+    original = learner.train_step
+
+    def poisoned(batch, iteration):
+        stats = original(batch, iteration)
+        return {**stats, "losses/total": math.nan} if iteration == 4 else stats
+
+    learner.train_step = poisoned
+    saved = []
+    split = Split(torch.rand(12, 3, 32, 32), torch.arange(12) % 3, torch.zeros(12, dtype=torch.long))
+    with pytest.raises(NonFiniteLossError, match=r"training loss became nan at iteration 5 .*checkpoint of iteration 4 is kept; lower --lr"):
+        fit(learner, split, split, config, save=lambda ckpt: saved.append(ckpt["training_state"]["iteration"]))
+    assert saved == [2, 4]
+
+
+def test_joint_training_stops_on_a_non_finite_loss():
+    from routing_rl.envs.joint import FeatureTrainer, JointTraining
+
+    net = build("chain", 1, 3)
+    trainer = FeatureTrainer(net, JointTraining(batch_size=4, augment=False))
+    images = torch.rand(4, 3, 32, 32)
+    images[0, 0, 0, 0] = math.nan
+    decisions = torch.zeros(4, len(net.junctions), dtype=torch.long).numpy()
+    with pytest.raises(NonFiniteLossError, match="feature network's training loss became nan at iteration 1"):
+        trainer.record(images, torch.arange(4) % 3, decisions, torch.zeros(4).numpy())
+    assert trainer.updates == 0
+
+
+# --- memory ------------------------------------------------------------------------------
+
+
+def test_memory_estimate_bounds_wide_nets_without_building_them():
+    need = estimate(make_config("smoke", agent="actor"), 10)
+    assert need.fixed(10_000) == need.fixed(1) * 10_000**2 and need.per_example(10_000) > need.per_example(1) * 9_000
+    parameters = sum(p.numel() for p in build("chain", 2, 10).parameters())
+    assert need.fixed(2) >= 3 * 4 * parameters  # weights, gradients, momentum
+
+
+@pytest.mark.parametrize("overrides, advice", [(dict(width=10_000), "lower --width to at most"),
+                                               (dict(batch_size=100_000_000), "lower --batch-size to at most")])
+def test_a_run_that_cannot_fit_is_refused_before_allocating(overrides, advice):
+    config = make_config("smoke", agent="actor", **overrides)
+    with pytest.raises(MemoryError, match=f"out of memory: .* needs about .* GiB to train, but cpu has .* GiB free; {advice}") as refused:
+        check_fits(config, 10, torch.device("cpu"))
+    suggested = int(str(refused.value).rsplit(" ", 1)[1])
+    fitting = dataclasses.replace(config, **{next(iter(overrides)): suggested})
+    check_fits(fitting, 10, torch.device("cpu"))  # the suggestion fits
+
+
+# --- datasets ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def data_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ROUTING_RL_DATA_DIR", raising=False)
+    monkeypatch.setattr(fetch, "online", lambda url, timeout=3.0: "offline (test)")
+    return tmp_path
+
+
+def plain_tar(folder: Path, tarball: Path) -> list[int]:
+    """An uncompressed tar of ``folder``; returns each member's header offset."""
+    with tarfile.open(tarball, "w") as tar:
+        for path in sorted(folder.rglob("*")):
+            tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False)
+    with tarfile.open(tarball) as tar:
+        return [m.offset for m in tar.getmembers()]
+
+
+def test_a_cifar_tar_cut_between_two_files_is_refused(data_env):
+    write_image_folder(data_env / "folder", "cifar")
+    tarball = data_env / "data" / "cifar.tar"
+    tarball.parent.mkdir()
+    offsets = plain_tar(data_env / "folder", tarball)
+    tarball.write_bytes(tarball.read_bytes()[: offsets[-1]])  # cleanly before the last member
+    with pytest.raises(DataNotFoundError, match=r"cifar\.tar: the archive stops after .* bytes without its end-of-archive marker"):
+        load_dataset("cifar10", data_dir=data_env / "data", download=False)
+
+
+def test_a_split_missing_a_class_is_refused(data_env):
+    write_image_folder(data_env / "data", "cifar")
+    shutil.rmtree(data_env / "data" / "test" / "deer")
+    with pytest.raises(ValueError, match="dataset 'cifar10' is incomplete: its test split has no deer"):
+        load_dataset("cifar10", data_dir=data_env / "data", download=False)
+
+
+def test_a_hybrid_without_cifar_images_is_refused(data_env):
+    write_mnist_idx(data_env / "data" / "MNIST" / "raw")
+    write_image_folder(data_env / "data" / "cifar", "cifar")
+    for name in ("airplane", "automobile", "deer", "frog", "horse"):
+        shutil.rmtree(data_env / "data" / "cifar" / "test" / name)
+    with pytest.raises(ValueError, match="dataset 'hybrid' is incomplete: its test split has no airplane, .*cifar images"):
+        load_dataset("hybrid", data_dir=data_env / "data", download=False)
+
+
+def test_a_cache_file_with_the_wrong_contents_is_named_and_rebuilt(data_env):
+    write_mnist_idx(data_env / "data")
+    first = load_dataset("mnist", data_dir=data_env / "data", download=False)
+    entries = sorted((data_env / "cache").glob("*.pt"))
+    assert entries
+    for path in entries:
+        torch.save({"train_images": torch.zeros(2, 3, 32, 32)}, path)
+    with pytest.warns(UserWarning, match=r"cache file .*\.pt lacks .*; rebuilding it"):
+        again = load_dataset("mnist", data_dir=data_env / "data", download=False)
+    assert torch.equal(again.train.images, first.train.images) and torch.equal(again.test.labels, first.test.labels)
+    assert all(cache.entry_problem(torch.load(p, weights_only=True), cache.SPLIT_KEYS[2:]) is None for p in entries)
+
+
+def test_a_cache_file_holding_a_pickle_is_rebuilt_without_running_it(data_env):
+    write_mnist_idx(data_env / "data")
+    load_dataset("mnist", data_dir=data_env / "data", download=False)
+    marker = data_env / "PWNED"
+    for path in (data_env / "cache").glob("*.pt"):
+        torch.save({"train_images": Planted(marker)}, path)
+    with pytest.warns(UserWarning, match="cannot be read"):
+        load_dataset("mnist", data_dir=data_env / "data", download=False)
+    assert not marker.exists()
+
+
+# --- SB3 zips ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def a2c_run(tmp_path_factory):
+    from test_sb3 import short_config, tiny_dataset
+
+    from routing_rl.agents.sb3 import train_sb3
+
+    run_dir = tmp_path_factory.mktemp("a2c")
+    train_sb3(short_config("a2c", iterations=128, checkpoint_every=64), tiny_dataset(), run_dir, torch.device("cpu"))
+    return run_dir
+
+
+def rewrite_zip(source: Path, target: Path, replace: dict[str, bytes]) -> None:
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for name in old.namelist():
+            new.writestr(name, replace.get(name, old.read(name)))
+
+
+def test_sb3_loading_never_unpickles_the_zip_data(a2c_run, tmp_path):
+    import base64
+
+    import cloudpickle
+
+    from routing_rl.agents.sb3 import RoutingA2C, load_sb3
+
+    marker = tmp_path / "PWNED"
+    payload = base64.b64encode(cloudpickle.dumps(Planted(marker))).decode()
+    with zipfile.ZipFile(a2c_run / "model.zip") as archive:
+        data = json.loads(archive.read("data"))
+    for key, value in data.items():
+        if isinstance(value, dict) and ":serialized:" in value:
+            value[":serialized:"] = payload
+    rewrite_zip(a2c_run / "model.zip", tmp_path / "planted.zip", {"data": json.dumps(data).encode()})
+    model, net = load_sb3(tmp_path / "planted.zip")
+    assert model.num_timesteps == data["num_timesteps"] and net is model.routed_net
+    assert isinstance(RoutingA2C.load(tmp_path / "planted.zip"), RoutingA2C)  # SB3's classmethod is safe too
+    assert not marker.exists()
+
+
+def test_a_planted_pickle_among_sb3_weights_is_refused(a2c_run, tmp_path):
+    import io
+
+    from routing_rl.agents.sb3 import SB3LoadError, load_sb3
+
+    marker = tmp_path / "PWNED"
+    buffer = io.BytesIO()
+    torch.save({"weight": Planted(marker)}, buffer)
+    rewrite_zip(a2c_run / "model.zip", tmp_path / "planted.zip", {"policy.pth": buffer.getvalue()})
+    with pytest.raises(SB3LoadError, match=r"cannot load the weights in .*planted\.zip"):
+        load_sb3(tmp_path / "planted.zip")
+    assert not marker.exists()
+
+
+def test_a_truncated_sb3_checkpoint_falls_back_to_the_newest_good_one(a2c_run, tmp_path, capsys):
+    from test_sb3 import short_config, tiny_dataset
+
+    from routing_rl.agents.sb3 import checkpoints, train_sb3
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(a2c_run, run_dir)
+    newest, older = checkpoints(run_dir)[:2]
+    newest.write_bytes(newest.read_bytes()[:1000])
+    result = train_sb3(short_config("a2c", iterations=192, checkpoint_every=64), tiny_dataset(), run_dir,
+                       torch.device("cpu"), resume=True)
+    assert f"skipping checkpoint {newest}: cannot read" in capsys.readouterr().err
+    iterations = [entry["iteration"] for entry in result.history]
+    assert iterations == sorted(set(iterations)), "validations after the older checkpoint are not kept twice"
+    assert result.model.num_timesteps >= 192 and older.is_file()
+
+
+def test_sb3_zips_are_written_atomically(a2c_run, tmp_path):
+    from routing_rl.agents.sb3 import load_sb3
+
+    model, _ = load_sb3(a2c_run / "model.zip")
+    model.save(tmp_path / "best_model")  # SB3's EvalCallback passes names without .zip
+    assert [p.name for p in tmp_path.iterdir()] == ["best_model.zip"]
+    assert load_sb3(tmp_path / "best_model.zip")[0].num_timesteps == model.num_timesteps
+    assert os.stat(tmp_path / "best_model.zip").st_size > 0
