@@ -195,8 +195,10 @@ def fit(
 
 
 def finite(net: torch.nn.Module) -> bool:
-    """Whether every parameter of ``net`` is finite (one device synchronisation)."""
-    return bool(torch.stack([p.isfinite().all() for p in net.parameters()]).all())
+    """Whether every parameter and buffer (batch-norm statistics) of ``net`` is finite (one
+    device synchronisation)."""
+    tensors = [t for t in (*net.parameters(), *net.buffers()) if t.is_floating_point()]
+    return bool(torch.stack([t.isfinite().all() for t in tensors]).all())
 
 
 def learner_lr(learner: Learner, iteration: int) -> float:

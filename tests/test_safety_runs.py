@@ -1,0 +1,303 @@
+"""Issue 13 through experiments/train_agent.py and the sweep: every refusal is one line with
+exit status 2, nothing is deleted by mistake, planted pickles never run, NaN stops a run,
+and failed or finished runs leave nothing to trip over (tiny synthetic data)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from synthetic_data import write_cifar_pickles, write_mnist_idx
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from routing_rl.app import runs
+from routing_rl.app.cli import main
+from routing_rl.app.sweep import run_sweep, select_static_lr, sweep_configs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Planted:
+    """A pickle that, if ever unpickled, leaves a marker file: proof that code ran."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    write_mnist_idx(root / "MNIST" / "raw")
+    write_cifar_pickles(root / "cifar-10-batches-py")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path_factory.getbasetemp() / "safety-cache"))
+
+
+def args(tiny_data, logdir, name="run", *extra, agent="static"):
+    arch = ["--arch", "static-1"] if agent == "static" else []
+    return ["--agent", agent, *arch, "--preset", "smoke", "--iterations", "4", "--eval-every", "2",
+            "--checkpoint-every", "2", "--data-dir", str(tiny_data), "--download", "false",
+            "--validation-fraction", "0.4", "--logdir", str(logdir), "--run-name", name, *extra]
+
+
+def refused(argv, capsys) -> str:
+    """The one line a refused command prints; asserts exit status 2 and no traceback."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def finished(tiny_data, tmp_path, capsys):
+    """A complete run ``logdir/run`` beside another run and a user's file."""
+    assert main(args(tiny_data, tmp_path, "run")) == 0
+    assert main(args(tiny_data, tmp_path, "other")) == 0
+    (tmp_path / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    return tmp_path / "run"
+
+
+# --- refusals: one line, exit status 2 -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--k-cpt", "1e30"], "k_cpt must be at most 0.0001"),
+        (["--lr", "inf"], "lr must be a finite number > 0, got inf"),
+        (["--k-dec", "nan"], "k_dec must be a finite number >= 0, got nan"),
+        (["--momentum", "-1"], r"momentum must be in [0, 1), got -1"),
+        (["--tau", "0"], "tau must be a finite number > 0, got 0"),
+        (["--probability-floor", "2"], "probability_floor must be in (0, 1)"),
+        (["--width", "10000"], "out of memory: --arch static-1 --width 10000"),
+        (["--batch-size", "100000000"], "lower --batch-size to at most"),
+        (["--dataset", "nonsense"], "unknown dataset 'nonsense'"),
+        (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "nonsense"], "device"),
+    ],
+)
+def test_bad_values_are_refused_and_leave_no_folder(extra, message, tiny_data, tmp_path, capsys):
+    err = refused(args(tiny_data, tmp_path, "run", *extra), capsys)
+    assert message in err
+    assert not (tmp_path / "run").exists(), "a failed start leaves nothing behind"
+
+
+@pytest.mark.parametrize("name", [".", "..", "/tmp/routing-rl-absolute", "sub/run", ""])
+def test_run_names_are_one_folder_name_and_overwrite_deletes_nothing_else(name, finished, tiny_data, capsys):
+    logdir = finished.parent
+    before = snapshot(logdir)
+    err = refused(args(tiny_data, logdir, name, "--overwrite"), capsys)
+    assert "run_name must be one folder name" in err
+    assert snapshot(logdir) == before
+    assert not Path("/tmp/routing-rl-absolute").exists()
+
+
+@pytest.mark.parametrize("typo", [["--dataset", "hybird"], ["--device", "cuda:7" if not torch.cuda.is_available() else "nonsense"],
+                                  ["--lr", "inf"], ["--width", "10000"]])
+def test_overwrite_with_a_typo_keeps_the_old_run(typo, finished, tiny_data, capsys):
+    before = snapshot(finished)
+    refused(args(tiny_data, finished.parent, "run", "--overwrite", *typo), capsys)
+    assert snapshot(finished) == before
+
+
+def test_overwrite_removes_only_what_runs_write(finished, tiny_data, capsys):
+    (finished / "analysis.ipynb").write_text("the user's")
+    assert main(args(tiny_data, finished.parent, "run", "--overwrite", "--seed", "3")) == 0
+    assert (finished / "analysis.ipynb").read_text() == "the user's"
+    assert json.loads((finished / "config.json").read_text())["seed"] == 3
+    assert len(list(finished.glob("events.out.tfevents.*"))) == 2, "the old run's event files are gone"
+    assert (finished.parent / "notes.txt").is_file() and (finished.parent / "other" / "metrics.json").is_file()
+
+
+def test_a_folder_that_is_not_a_run_is_never_touched(tiny_data, tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "thesis.tex").write_text("precious")
+    err = refused(args(tiny_data, tmp_path, "run", "--overwrite"), capsys)
+    assert "is not a run directory (no config.json); routing-rl will not touch it" in err
+    assert (tmp_path / "run" / "thesis.tex").read_text() == "precious"
+
+
+def test_a_logdir_that_is_a_file_or_under_one_is_refused(tiny_data, tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    assert "is a file, not a folder" in refused(args(tiny_data, tmp_path / "file"), capsys)
+    assert "is a file, not a folder" in refused(args(tiny_data, tmp_path / "file" / "below" / "runs"), capsys)
+
+
+def test_an_unwritable_logdir_is_refused(tiny_data, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(runs.os, "access", lambda path, mode: False)  # tests may run as root
+    assert "is not writable" in refused(args(tiny_data, tmp_path / "new" / "runs"), capsys)
+
+
+def test_a_missing_parent_logdir_is_created(tiny_data, tmp_path, capsys):
+    assert main(args(tiny_data, tmp_path / "a" / "b" / "runs")) == 0
+    assert (tmp_path / "a" / "b" / "runs" / "run" / "metrics.json").is_file()
+
+
+# --- failed starts, stray files, finished runs ---------------------------------------------
+
+
+def test_a_failed_start_can_be_rerun_under_the_same_name(tiny_data, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(runs.TrainConfig().to_json())  # what a crashed start leaves
+    assert main(args(tiny_data, tmp_path, "run")) == 0
+    assert (run_dir / "metrics.json").is_file()
+
+
+def test_resume_removes_stray_temporaries(tiny_data, tmp_path, capsys, monkeypatch):
+    from routing_rl.agents.static import StaticLearner
+
+    original = StaticLearner.train_step
+
+    def interrupted(self, batch, iteration):
+        if iteration == 3:
+            raise KeyboardInterrupt
+        return original(self, batch, iteration)
+
+    monkeypatch.setattr(StaticLearner, "train_step", interrupted)
+    assert main(args(tiny_data, tmp_path)) == 130
+    stray = tmp_path / "run" / ".checkpoint.pt.k1ll3d_x.tmp"
+    stray.write_bytes(b"cut short")
+    monkeypatch.setattr(StaticLearner, "train_step", original)
+    assert main(["--resume", str(tmp_path / "run")]) == 0
+    assert not stray.exists()
+
+
+def test_resuming_a_finished_run_changes_nothing(finished, capsys):
+    before = snapshot(finished)
+    assert main(["--resume", str(finished)]) == 0
+    assert "is complete already" in capsys.readouterr().err
+    assert snapshot(finished) == before
+
+
+def test_a_resumed_run_logs_no_step_twice(tiny_data, tmp_path, capsys, monkeypatch):
+    """A process killed after logging past its last checkpoint: TensorBoard keeps each step once."""
+    from routing_rl.agents.static import StaticLearner
+
+    original = StaticLearner.train_step
+
+    def killed(self, batch, iteration):
+        if iteration == 3:
+            raise SystemExit("killed")  # no Ctrl-C checkpoint: as after SIGKILL
+        return original(self, batch, iteration)
+
+    monkeypatch.setattr(StaticLearner, "train_step", killed)
+    with pytest.raises(SystemExit):
+        main(args(tiny_data, tmp_path, "run", "--eval-every", "1"))  # validated at 1, 2, 3; checkpoint at 2
+    monkeypatch.setattr(StaticLearner, "train_step", original)
+    assert main(["--resume", str(tmp_path / "run")]) == 0
+    accumulator = EventAccumulator(str(tmp_path / "run"))
+    accumulator.Reload()
+    assert [event.step for event in accumulator.Scalars("charts/val_accuracy")] == [1, 2, 3, 4]
+
+
+# --- loading what is in a run folder -------------------------------------------------------
+
+
+def test_a_planted_checkpoint_never_runs_on_resume_or_in_a_sweep(tiny_data, tmp_path, capsys):
+    marker = tmp_path / "PWNED"
+    configs = sweep_configs([], [], static_columns=[1], preset="smoke", iterations=4, eval_every=2, checkpoint_every=2,
+                            data_dir=str(tiny_data), download=False, validation_fraction=0.4, logdir=str(tmp_path))
+    run_dir = tmp_path / configs[0].run_name
+    run_dir.mkdir()
+    configs[0].save(run_dir / "config.json")
+    torch.save({"learner": Planted(marker)}, run_dir / "checkpoint.pt")
+    assert "refusing to load" in refused(["--resume", str(run_dir)], capsys)
+    with pytest.raises(runs.RunError, match=r"refusing to load .*checkpoint\.pt"):
+        run_sweep(configs, log=lambda line: None)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_damaged_checkpoint_is_refused_on_resume(damage, finished, capsys):
+    (finished / "metrics.json").unlink()
+    data = (finished / "checkpoint.pt").read_bytes()
+    (finished / "checkpoint.pt").write_bytes(data[:100] if damage == "truncated" else b"")
+    err = refused(["--resume", str(finished)], capsys)
+    assert "checkpoint.pt: it is empty, truncated or not a checkpoint" in err
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda text: text[: len(text) // 2], "is not a valid run config"),
+        (lambda text: text.replace('"lr": 0.1', '"lr": "fast"'), "lr must be a number, got 'fast'"),
+        (lambda text: text.replace('"momentum": 0.9', '"momentum": -1'), "momentum must be in [0, 1)"),
+        (lambda text: text.replace('"run_name": "run"', '"run_name": ".."'), "run_name must be one folder name"),
+        (lambda text: "[1, 2]", "it holds a JSON list"),
+    ],
+)
+def test_a_broken_or_hand_edited_config_is_refused_on_resume(edit, message, finished, capsys):
+    (finished / "metrics.json").unlink()
+    path = finished / "config.json"
+    path.write_text(edit(path.read_text()))
+    err = refused(["--resume", str(finished)], capsys)
+    assert f"{path} is not a valid run config" in err and message in err
+
+
+# --- NaN ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("agent", ["static", "actor", "critic"])
+def test_a_diverging_run_stops_with_the_nan_guard(agent, tiny_data, tmp_path, capsys):
+    extra = ["--arch", "static-2"] if agent == "static" else []
+    err = refused(args(tiny_data, tmp_path, "run", "--lr", "1e6", "--iterations", "30", *extra, agent=agent), capsys)
+    assert "so training stopped" in err and "lower --lr" in err and " at iteration " in err
+    assert not (tmp_path / "run" / "metrics.json").exists()
+    if (tmp_path / "run" / "checkpoint.pt").exists():  # the last good one: finite weights
+        state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+        assert all(v.isfinite().all() for v in state["learner"]["net"].values() if v.is_floating_point())
+
+
+# --- sweeps ------------------------------------------------------------------------------
+
+
+def sweep(tiny_data, logdir, **overrides):
+    values = dict(iterations=2, eval_every=1, checkpoint_every=1, data_dir=str(tiny_data), download=False,
+                  validation_fraction=0.4, logdir=str(logdir))
+    return sweep_configs([], [], static_columns=[1], preset="smoke", **{**values, **overrides})
+
+
+def test_a_sweep_skips_only_runs_made_with_the_same_settings(tiny_data, tmp_path):
+    run_sweep(sweep(tiny_data, tmp_path, dataset="mnist"), log=lambda line: None)
+    with pytest.raises(runs.RunError, match=r"holds a run with other settings than asked \(dataset 'mnist' \(saved\) vs None"):
+        run_sweep(sweep(tiny_data, tmp_path), log=lambda line: None)
+    log = []
+    run_sweep(sweep(tiny_data, tmp_path, dataset="mnist", device="cpu"), log=log.append)  # machine settings may differ
+    assert "complete, skipped" in log[0]
+
+
+def test_static_lr_selection_is_on_validation_deterministic_and_resumable(tiny_data, tmp_path):
+    machine = dict(data_dir=str(tiny_data), download=False, validation_fraction=0.4, logdir=str(tmp_path))
+    candidates = (0.1, 0.05, 0.02)
+    chosen = select_static_lr(candidates, iterations=2, columns=1, preset="smoke", log=lambda line: None, **machine)
+    accuracy = {lr: json.loads((tmp_path / f"lrsel-static-1-lr{lr:g}" / "metrics.json").read_text())
+                ["history"][-1]["evaluations"][0]["accuracy"] for lr in candidates}
+    assert chosen == next(lr for lr in candidates if accuracy[lr] == max(accuracy.values()))
+    log = []
+    assert select_static_lr(candidates, iterations=2, columns=1, preset="smoke", log=log.append, **machine) == chosen
+    assert sum("complete, skipped" in line for line in log) == 3
+
+
+def test_the_sweep_script_shares_the_cli_k_cpt_parsing(tmp_path):
+    result = subprocess.run([sys.executable, str(REPO / "experiments" / "sweep.py"), "--k-cpts", "lots", "--logdir",
+                             str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("error: --k-cpt must be a number >= 0 or 'dynamic', got 'lots'")
