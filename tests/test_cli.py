@@ -167,6 +167,13 @@ def test_existing_run_is_never_overwritten_silently(tiny_data, cache, tmp_path, 
         (["--batch-size", "-5"], "expected a positive integer, got '-5'"),
         (["--seed", "-1"], "expected an integer >= 0, got '-1'"),
         (["--resume", "/nonexistent/run"], "is not a run directory"),
+        (["--k-cpt", "1e30"], "k_cpt must be at most 0.0001"),
+        (["--lr", "inf"], "lr must be a finite number > 0, got inf"),
+        (["--k-dec", "nan"], "k_dec must be a finite number >= 0, got nan"),
+        (["--momentum", "-1"], "momentum must be in [0, 1), got -1"),
+        (["--tau", "0"], "tau must be a finite number > 0, got 0"),
+        (["--probability-floor", "2"], "probability_floor must be in (0, 1)"),
+        (["--run-name", ".."], "run_name must be one folder name"),
     ],
 )
 def test_user_mistakes_end_with_one_line_and_status_2(args, message, tmp_path):

@@ -44,6 +44,6 @@ def test_error_costs():
 def test_computation_cost_and_k_cpt_checks():
     assert computation_cost(torch.tensor([1_000_000, 0]), 4e-9).tolist() == pytest.approx([4e-3, 0.0])
     assert check_k_cpt("1.6e-8") == 1.6e-8
-    for bad in (-1e-9, "cheap", float("nan"), float("inf")):
+    for bad in (-1e-9, "cheap", float("nan"), float("inf"), 1e30):
         with pytest.raises(ValueError, match="k_cpt must be"):
             check_k_cpt(bad)
