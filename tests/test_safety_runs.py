@@ -5,8 +5,12 @@ and failed or finished runs leave nothing to trip over (tiny synthetic data)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,14 +69,27 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.fixture(scope="module")
+def finished_logdir(tiny_data, tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("finished")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ROUTING_RL_CACHE", str(tmp_path_factory.getbasetemp() / "safety-cache"))
+        for name in ("run", "other"):
+            assert main(args(tiny_data, logdir, name)) == 0
+    (logdir / "notes.txt").write_text("mine")
+    return logdir
+
+
 @pytest.fixture
-def finished(tiny_data, tmp_path, capsys):
-    """A complete run ``logdir/run`` beside another run and a user's file."""
-    assert main(args(tiny_data, tmp_path, "run")) == 0
-    assert main(args(tiny_data, tmp_path, "other")) == 0
-    (tmp_path / "notes.txt").write_text("mine")
+def finished(finished_logdir, tmp_path, capsys):
+    """A complete run ``logdir/run`` beside another run and a user's file (a fresh copy)."""
+    logdir = tmp_path / "logdir"
+    shutil.copytree(finished_logdir, logdir)
+    for name in ("run", "other"):  # the copies' configs name their new logdir
+        config = json.loads((logdir / name / "config.json").read_text())
+        (logdir / name / "config.json").write_text(json.dumps({**config, "logdir": str(logdir)}, indent=2, sort_keys=True))
     capsys.readouterr()
-    return tmp_path / "run"
+    return logdir / "run"
 
 
 # --- refusals: one line, exit status 2 -----------------------------------------------------
@@ -301,3 +318,32 @@ def test_the_sweep_script_shares_the_cli_k_cpt_parsing(tmp_path):
                              str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().endswith("error: --k-cpt must be a number >= 0 or 'dynamic', got 'lots'")
+
+
+# --- SIGKILL ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent, extra", [("actor", []), ("critic", ["--policy", "eps-greedy"])])
+def test_sigkill_then_resume_gives_the_uninterrupted_metrics(agent, extra, tiny_data, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def command(name):
+        return [sys.executable, str(REPO / "experiments" / "train_agent.py"),
+                *args(tiny_data, tmp_path, name, "--iterations", "60", "--checkpoint-every", "10", "--eval-every", "20",
+                      *extra, agent=agent)]
+
+    subprocess.run(command("straight"), check=True, capture_output=True, timeout=600, env=env)
+    process = subprocess.Popen(command("killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    checkpoint = tmp_path / "killed" / "checkpoint.pt"
+    deadline = time.monotonic() + 600
+    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert process.poll() is None, "the run ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (tmp_path / "killed" / "metrics.json").exists()
+    resume = [sys.executable, str(REPO / "experiments" / "train_agent.py"), "--resume", str(tmp_path / "killed")]
+    subprocess.run(resume, check=True, capture_output=True, timeout=600, env=env)
+    straight, resumed = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("straight", "killed"))
+    assert resumed["history"] == straight["history"] and resumed["test"] == straight["test"]
