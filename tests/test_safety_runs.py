@@ -272,7 +272,7 @@ def test_a_broken_or_hand_edited_config_is_refused_on_resume(edit, message, fini
 # --- NaN ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("agent", ["static", "actor", "critic"])
+@pytest.mark.parametrize("agent", ["static", "actor", "critic", "threshold"])
 def test_a_diverging_run_stops_with_the_nan_guard(agent, tiny_data, tmp_path, capsys):
     extra = ["--arch", "static-2"] if agent == "static" else []
     err = refused(args(tiny_data, tmp_path, "run", "--lr", "1e6", "--iterations", "30", *extra, agent=agent), capsys)
@@ -281,6 +281,18 @@ def test_a_diverging_run_stops_with_the_nan_guard(agent, tiny_data, tmp_path, ca
     if (tmp_path / "run" / "checkpoint.pt").exists():  # the last good one: finite weights
         state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
         assert all(v.isfinite().all() for v in state["learner"]["net"].values() if v.is_floating_point())
+
+
+def test_running_out_of_memory_mid_run_is_one_line(tiny_data, tmp_path, capsys, monkeypatch):
+    from routing_rl.agents.static import StaticLearner
+
+    def allocate(self, batch, iteration):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] . DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 1228800000000 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr(StaticLearner, "train_step", allocate)
+    err = refused(args(tiny_data, tmp_path), capsys)
+    assert "out of memory while training" in err and "lower --batch-size (now 16) or --width (now 1)" in err
 
 
 # --- sweeps ------------------------------------------------------------------------------
