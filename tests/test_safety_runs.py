@@ -98,7 +98,7 @@ def finished(finished_logdir, tmp_path, capsys):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--k-cpt", "1e30"], "k_cpt must be at most 0.0001"),
+        (["--k-cpt", "1e30"], "k_cpt must be at most 1 per MAC"),
         (["--lr", "inf"], "lr must be a finite number > 0, got inf"),
         (["--k-dec", "nan"], "k_dec must be a finite number >= 0, got nan"),
         (["--momentum", "-1"], r"momentum must be in [0, 1), got -1"),

@@ -107,7 +107,7 @@ def test_a_checkpoint_round_trips_with_weights_only(tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(k_cpt=1e30), "k_cpt must be at most 0.0001"),
+        (dict(k_cpt=1e30), "k_cpt must be at most 1 per MAC"),
         (dict(lr=math.inf), "lr must be a finite number > 0, got inf"),
         (dict(k_dec=math.nan), "k_dec must be a finite number >= 0, got nan"),
         (dict(momentum=-1.0), r"momentum must be in \[0, 1\), got -1"),

@@ -8,9 +8,10 @@ import torch.nn.functional as F
 K_CPT_VALUES = (0.0, 1e-9, 2e-9, 4e-9, 8e-9, 1.6e-8, 3.2e-8, 6.4e-8)
 """The paper's costs per MAC; a dynamic-k_cpt net samples one of them per training example."""
 
-K_CPT_MAX = 1e-4
-"""The largest cost per MAC accepted: over a thousand times the paper's largest, while
-k_cpt × MACs (and its square in critic losses) stays far inside float32's range."""
+K_CPT_MAX = 1.0
+"""The largest cost per MAC accepted: one MAC then costs as much as a wrong answer (tiny test
+nets need costs far above the paper's), while k_cpt × MACs, and its square in critic
+losses, stays far inside float32's range for any net that fits in memory."""
 
 ERROR_COSTS = ("cross_entropy", "zero_one")
 
