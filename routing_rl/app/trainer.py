@@ -9,7 +9,6 @@ a resumed run continues exactly where the checkpoint left it.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from routing_rl.agents.base import Learner
+from routing_rl.core.policies import halving
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split, augment
 from routing_rl.training.evaluate import evaluate
@@ -90,7 +90,7 @@ def validate(learner: Learner, validation: Split, iteration: int, monitor: Monit
             scores = learner.net(images, learner.eval_k_cpts()[0]).scores
         if not bool(torch.stack([s.isfinite().all() for s in scores.values()]).all()):
             raise NonFiniteLossError(diverged("the router scores became non-finite", iteration,
-                                              learner_lr(learner, iteration - 1), kept))
+                                              scheduled_lr(learner.config, iteration - 1), kept))
         monitor.histograms({f"routing/scores/{junction}": s for junction, s in scores.items()}, iteration)
     return entry
 
@@ -160,14 +160,14 @@ def fit(
                 if finite(learner.net):
                     raise
                 raise NonFiniteLossError(diverged("the weights became non-finite", state.iteration,
-                                                  learner_lr(learner, state.iteration), kept())) from None
+                                                  scheduled_lr(config, state.iteration), kept())) from None
             check_finite(stats["losses/total"], "training loss", state.iteration + 1, stats.get("charts/lr", config.lr), kept())
             state.iteration += 1
             validating = state.iteration % config.eval_every == 0 or state.iteration == config.iterations
             if (validating or state.iteration % config.checkpoint_every == 0) and not finite(learner.net):
                 # the step's loss was finite but its update was not: never evaluate or save such weights
                 raise NonFiniteLossError(diverged("the weights became non-finite", state.iteration,
-                                                  learner_lr(learner, state.iteration - 1), kept()))
+                                                  scheduled_lr(config, state.iteration - 1), kept()))
             window_examples += len(index)
             if monitor is not None and (state.iteration % LOG_EVERY == 0 or state.iteration == config.iterations):
                 now = time.perf_counter()
@@ -194,16 +194,16 @@ def fit(
     return state
 
 
+def scheduled_lr(config: TrainConfig, iteration: int) -> float:
+    """The learning rate the config schedules for ``iteration``, for messages."""
+    return halving(config.lr, iteration, config.lr_half_life)
+
+
 def finite(net: torch.nn.Module) -> bool:
     """Whether every parameter and buffer (batch-norm statistics) of ``net`` is finite (one
     device synchronisation)."""
     tensors = [t for t in (*net.parameters(), *net.buffers()) if t.is_floating_point()]
     return bool(torch.stack([t.isfinite().all() for t in tensors]).all())
-
-
-def learner_lr(learner: Learner, iteration: int) -> float:
-    """The learner's scheduled learning rate, for messages (nan when it has none)."""
-    return learner.lr(iteration) if hasattr(learner, "lr") else math.nan
 
 
 SHOWN_IN_PROGRESS = ("losses/total", "charts/train_accuracy", "charts/train_mean_macs", "charts/examples_per_second")
