@@ -5,6 +5,11 @@ it to :meth:`Learner.train_step`. Every ``eval_every`` iterations the validation
 routed through the shared evaluator; every ``checkpoint_every`` iterations (and at the end,
 and on Ctrl-C) the learner, the iteration and the sampler's state are saved atomically, so
 a resumed run continues exactly where the checkpoint left it.
+
+The NaN guard (:mod:`routing_rl.training.guard`): a non-finite loss, non-finite weights or
+batch-norm statistics before a validation or checkpoint, or non-finite router scores stop
+training with :class:`~routing_rl.training.guard.NonFiniteLossError`; nothing diverged is
+evaluated or saved, so the last checkpoint is the last good state.
 """
 
 from __future__ import annotations
@@ -161,7 +166,7 @@ def fit(
                     raise
                 raise NonFiniteLossError(diverged("the weights became non-finite", state.iteration,
                                                   scheduled_lr(config, state.iteration), kept())) from None
-            check_finite(stats["losses/total"], "training loss", state.iteration + 1, stats.get("charts/lr", config.lr), kept())
+            check_finite(stats["losses/total"], "training loss", state.iteration + 1, scheduled_lr(config, state.iteration), kept())
             state.iteration += 1
             validating = state.iteration % config.eval_every == 0 or state.iteration == config.iterations
             if (validating or state.iteration % config.checkpoint_every == 0) and not finite(learner.net):

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import os
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,21 +66,6 @@ PRESET_VALUES: dict[str, dict] = {
 
 RUN_NAME_HINT = "one folder name: not empty, '.' or '..', without / or \\"
 KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a JSON object"}
-# field: (accepted Python types, None allowed); int counts as a number where floats are accepted
-FIELD_TYPES = {
-    "agent": ((str,), False), "policy": ((str,), True), "env": ((str,), False), "dataset": ((str,), True),
-    "arch": ((str,), True), "width": ((int,), False), "k_cpt": ((int, float), False), "preset": ((str,), False),
-    "iterations": ((int,), False), "batch_size": ((int,), False), "lr": ((int, float), False),
-    "lr_half_life": ((int, float), False), "momentum": ((int, float), False), "tau": ((int, float), True),
-    "tau_half_life": ((int, float), False), "epsilon": ((int, float), False),
-    "epsilon_half_life": ((int, float), False), "k_dec": ((int, float), False), "k_ure": ((int, float), False),
-    "k_l2": ((int, float), False), "talr": ((bool,), False), "execution": ((str,), True),
-    "error_cost": ((str,), False), "utility_error": ((str,), False), "probability_floor": ((int, float), False),
-    "validation_fraction": ((int, float), False), "eval_every": ((int,), False), "eval_examples": ((int,), True),
-    "train_examples": ((int,), True), "checkpoint_every": ((int,), False), "seed": ((int,), False),
-    "device": ((str,), False), "data_dir": ((str,), True), "download": ((bool,), False), "logdir": ((str,), False),
-    "run_name": ((str,), True), "extra": ((dict,), False),
-}
 _POSITIVE = ((0, False), (math.inf, False), "a finite number > 0")
 _NON_NEGATIVE = ((0, True), (math.inf, False), "a finite number >= 0")
 _COUNT = ((1, True), (math.inf, False), "a positive integer")
@@ -221,15 +207,18 @@ class TrainConfig:
         return self
 
     def _check_types(self) -> None:
-        for name, (kinds, optional) in FIELD_TYPES.items():
+        """Every field holds a value of its annotated type (an int where a float is asked)."""
+        for name, hint in typing.get_type_hints(type(self)).items():
+            kinds = typing.get_args(hint) or (hint,)
             value = getattr(self, name)
-            if value is None and optional:
+            if value is None and type(None) in kinds:
                 continue
-            if name == "k_cpt" and value == "dynamic":
-                continue
-            if isinstance(value, bool) != (bool in kinds) or not isinstance(value, kinds):
-                expected = KIND_NAMES[float if float in kinds else kinds[0]] + (" or null" if optional else "")
-                raise ValueError(f"{name} must be {expected}, got {value!r}")
+            kinds = tuple(typing.get_origin(k) or k for k in kinds if k is not type(None))
+            accepted = kinds + ((int,) if float in kinds else ())
+            if isinstance(value, bool) != (bool in kinds) or not isinstance(value, accepted):
+                expected = " or ".join(KIND_NAMES.get(k, f"a {k.__name__}") for k in kinds)
+                raise ValueError(f"{name} must be {expected}" + (" or null" if type(None) in typing.get_args(hint) else "")
+                                 + f", got {value!r}")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
