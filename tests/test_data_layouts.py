@@ -392,7 +392,8 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
     first = load_dataset("cifar10", data_dir=tmp_path / "data", download=False)
     for entry in (tmp_path / "cache").glob("*.pt"):
         entry.write_bytes(b"not a torch file")
-    again = load_dataset("cifar10", data_dir=tmp_path / "data", download=False)
+    with pytest.warns(UserWarning, match=r"cache file .*\.pt cannot be read .*; rebuilding it"):
+        again = load_dataset("cifar10", data_dir=tmp_path / "data", download=False)
     assert torch.equal(first.train.images, again.train.images)
 
 
