@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         s = summary(args.dataset, args.data_dir, args.cache_dir, download=not args.no_download)
-    except DataNotFoundError as e:
+    except (DataNotFoundError, ValueError) as e:  # not found, or an incomplete copy
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
