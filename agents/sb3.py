@@ -296,14 +296,20 @@ def load_newest(run_dir: Path, env: RoutingVecEnv, device: torch.device) -> Base
     raise SB3LoadError(f"no checkpoint in {Path(run_dir) / CHECKPOINTS} can be loaded: {'; '.join(problems)}")
 
 
+class ResumedTensorBoard(TensorBoardOutputFormat):
+    """SB3's TensorBoard output with TensorBoard's ``purge_step``: events at or after it that
+    an interrupted process wrote past its last checkpoint are dropped, so no step shows twice."""
+
+    def __init__(self, folder: str, purge_step: int | None = None):
+        self.writer = SummaryWriter(log_dir=folder, purge_step=purge_step)
+        self._is_closed = False
+
+
 def sb3_logger(run_dir: Path, purge_step: int | None) -> Logger:
-    """SB3's CSV and TensorBoard output into ``run_dir``; a resumed run passes the step it
-    resumed at, so TensorBoard drops what the interrupted process logged after it."""
-    tensorboard = TensorBoardOutputFormat(str(run_dir))
-    if purge_step:
-        tensorboard.writer.close()
-        tensorboard.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge_step)
-    return Logger(str(run_dir), [CSVOutputFormat(str(Path(run_dir) / "progress.csv")), tensorboard])
+    """SB3's CSV and TensorBoard output into ``run_dir``; a resumed run passes the step after
+    the one it resumed at."""
+    outputs = [CSVOutputFormat(str(Path(run_dir) / "progress.csv")), ResumedTensorBoard(str(run_dir), purge_step)]
+    return Logger(str(run_dir), outputs)
 
 
 def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, device: torch.device,
