@@ -204,7 +204,8 @@ def train(
     torch.manual_seed(config.seed)
     try:
         dataset, train_part, validation, test = prepare_data(config)
-        check_fits(config, len(dataset.classes), device)
+        on_device = train_part.images.nbytes if device.type != "cpu" else 0  # the trainer moves the split there
+        check_fits(config, len(dataset.classes), device, on_device)
     except (ValueError, MemoryError) as error:  # unknown dataset names, partial copies, too large: the user's to fix
         raise RunError(str(error)) from None
     if resume is None:

@@ -76,18 +76,21 @@ def available_bytes(device: torch.device) -> int | None:
     return None
 
 
-def check_fits(config: TrainConfig, classes: int, device: torch.device) -> None:
-    """Raise MemoryError, saying what would fit, when the run cannot fit on ``device``."""
+def check_fits(config: TrainConfig, classes: int, device: torch.device, resident: int = 0) -> None:
+    """Raise MemoryError, saying what would fit, when the run cannot fit on ``device``;
+    ``resident``: bytes the run keeps there besides the net and the batch (its training split)."""
     free = available_bytes(device)
     if free is None:
         return
+    free -= resident
     need = estimate(config, classes)
     width, batch_size = config.width, config.batch_size
     if need.total(width, batch_size) <= free:
         return
     gib = 2**30
     what = (f"out of memory: --arch {config.arch} --width {width} --batch-size {batch_size} needs about "
-            f"{need.total(width, batch_size) / gib:.3g} GiB to train, but {device} has {free / gib:.3g} GiB free")
+            f"{need.total(width, batch_size) / gib:.3g} GiB to train, but {device} has {free / gib:.3g} GiB free"
+            + (f" besides the {resident / gib:.3g} GiB training split" if resident else ""))
     room = int(free * SUGGESTION_SHARE)
     if need.total(width, 1) <= room:
         raise MemoryError(f"{what}; lower --batch-size to at most {(room - need.fixed(width)) // need.per_example(width)}")
