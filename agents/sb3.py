@@ -66,6 +66,7 @@ from torch.utils.tensorboard import SummaryWriter
 from routing_rl.training.config import SB3_AGENTS, TrainConfig
 from routing_rl.core.costs import K_CPT_VALUES
 from routing_rl.core.files import atomic_write
+from routing_rl.training.checkpoint import CheckpointError
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
 from routing_rl.training.guard import NonFiniteLossError, diverged
@@ -96,7 +97,7 @@ RESTORED_COUNTERS = ("num_timesteps", "_total_timesteps", "_num_timesteps_at_sta
 ``data`` is either rebuilt from the routing settings or pickled, and then never loaded)."""
 
 
-class SB3LoadError(ValueError):
+class SB3LoadError(CheckpointError):
     """A saved SB3 zip cannot be loaded safely; the message names the file and why."""
 
 

@@ -222,7 +222,9 @@ def train(
             history, wall = result.history, time.perf_counter() - started
         else:
             net, evaluations, history, wall = _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume)
-    except (CheckpointError, NonFiniteLossError) as error:
+    except CheckpointError as error:  # names the file already
+        raise RunError(str(error)) from None
+    except NonFiniteLossError as error:
         raise RunError(f"{run_dir}: {error}") from None
     except (torch.OutOfMemoryError, RuntimeError) as error:
         if not isinstance(error, torch.OutOfMemoryError) and not any(m in str(error) for m in OUT_OF_MEMORY):
