@@ -110,7 +110,7 @@ def check_new_run_directory(path: Path, overwrite: bool) -> None:
 def has_results(run_dir: Path) -> bool:
     """Whether a run directory holds anything a run trained: a checkpoint or metrics."""
     run_dir = Path(run_dir)
-    return any(run_dir.glob(CHECKPOINT_FILE)) or any(run_dir.glob("checkpoints/*_steps.zip")) or (run_dir / METRICS_FILE).is_file()
+    return (run_dir / CHECKPOINT_FILE).is_file() or (run_dir / METRICS_FILE).is_file() or any(run_dir.glob("checkpoints/*_steps.zip"))
 
 
 def run_files(run_dir: Path) -> list[Path]:
