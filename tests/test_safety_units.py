@@ -366,6 +366,12 @@ def test_a_truncated_sb3_checkpoint_falls_back_to_the_newest_good_one(a2c_run, t
     iterations = [entry["iteration"] for entry in result.history]
     assert iterations == sorted(set(iterations)), "validations after the older checkpoint are not kept twice"
     assert result.model.num_timesteps >= 192 and older.is_file()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    steps = [event.step for event in events.Scalars("charts/val_accuracy")]
+    assert steps == iterations, "TensorBoard shows the validations of the resumed history, each once"
 
 
 def test_sb3_zips_are_written_atomically(a2c_run, tmp_path):
