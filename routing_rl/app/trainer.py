@@ -17,7 +17,9 @@ import torch
 
 from routing_rl.agents.base import Learner
 from routing_rl.training.config import TrainConfig
-from routing_rl.data import Split, augment
+from routing_rl.data import Split
+from routing_rl.data import augment as image_augment
+from routing_rl.envs.task import RoutingTask
 from routing_rl.training.evaluate import evaluate
 from routing_rl.training.monitor import Monitor, evaluation_scalars
 
@@ -69,12 +71,15 @@ class TrainingState:
     train_seconds: float = 0.0
 
 
-def validate(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None) -> dict:
-    """Evaluate on the validation split at every k_cpt the learner is judged at; log the
-    results and histograms of the router scores on the first validation examples."""
+def validate(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None,
+             task: RoutingTask | None = None) -> dict:
+    """Evaluate on the validation split at every k_cpt the learner is judged at (classes and
+    sources named by ``task``); log the results and histograms of the router scores on the
+    first validation examples."""
     entry = {"iteration": iteration, "evaluations": []}
+    names = {"classes": task.classes, "sources": task.sources} if task is not None else {}
     for k_cpt in learner.eval_k_cpts():
-        result = evaluate(learner.net, validation, k_cpt, learner.decide(k_cpt))
+        result = evaluate(learner.net, validation, k_cpt, learner.decide(k_cpt), **names)
         entry["evaluations"].append(result)
         if monitor is not None:
             suffix = "" if len(learner.eval_k_cpts()) == 1 else f"_k{k_cpt:g}"
@@ -97,6 +102,7 @@ def fit(
     save: Callable[[dict], None] | None = None,
     resume: dict | None = None,
     after_validation: Callable[[dict], None] | None = None,
+    task: RoutingTask | None = None,
 ) -> TrainingState:
     """Train ``learner`` for ``config.iterations`` iterations.
 
@@ -106,7 +112,10 @@ def fit(
         save: called with a checkpoint dict at every checkpoint; the caller writes it.
         resume: a checkpoint dict from an earlier ``save``; training continues from it.
         after_validation: called with each history entry (figures, for example).
+        task: the routing task the splits come from: its augmentation and its class and
+            source names (None: the paper's image augmentation, classes by number).
     """
+    augment = task.augment if task is not None else image_augment
     device = learner.device
     train = train.to(device)
     sampler = BatchSampler(len(train), config.batch_size, config.seed)
@@ -149,7 +158,7 @@ def fit(
                 shown = {k.split("/")[-1]: v for k, v in stats.items() if k in SHOWN_IN_PROGRESS}
                 monitor.progress(1, **shown)
             if state.iteration % config.eval_every == 0 or state.iteration == config.iterations:
-                entry = validate(learner, validation, state.iteration, monitor)
+                entry = validate(learner, validation, state.iteration, monitor, task)
                 state.history.append(entry)
                 if after_validation is not None:
                     after_validation(entry)

@@ -23,13 +23,14 @@ def evaluate(
     decide: Decide = argmax_decide,
     batch_size: int = 1000,
     classes: tuple[str, ...] | None = None,
+    sources: tuple[str, ...] = SOURCES,
 ) -> dict:
     """Route ``split`` through ``net`` in eval mode and summarise, JSON-ready.
 
     Returns ``accuracy`` (fraction correct), ``mean_macs`` (MACs per example), ``k_cpt``,
     ``examples``, and per leaf: ``fraction`` of examples classified there, their
     ``accuracy`` (None where no example arrived), ``count``, and counts ``by_class`` and
-    ``by_source`` (names from ``classes`` and :data:`~routing_rl.data.SOURCES`).
+    ``by_source`` (names from ``classes`` and ``sources``, the dataset's names).
     """
     was_training = net.training
     net.eval()
@@ -59,7 +60,7 @@ def evaluate(
             "accuracy": float(correct[here].double().mean()) if count else None,
             "macs": int(net.leaf_macs[i]),
             "by_class": dict(zip(class_names, torch.bincount(labels[here], minlength=n_classes).tolist())),
-            "by_source": dict(zip(SOURCES, torch.bincount(source[here], minlength=len(SOURCES)).tolist())),
+            "by_source": dict(zip(sources, torch.bincount(source[here], minlength=len(sources)).tolist())),
         }
     return {
         "accuracy": float(correct.double().mean()),
