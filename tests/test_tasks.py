@@ -250,7 +250,7 @@ def test_episodes_of_frames_carry_memory_from_one_frame_to_the_next():
     clip = env.traffic.split.labels[env.traffic.example[0]]
     assert env.traffic.label[0] == clip[2]
     assert total < 0  # three cross-entropies
-    examples = make_task(ClipTask).examples(env.traffic.split)
+    examples = make_task(ClipTask).as_examples(env.traffic.split)
     assert examples.images.shape == (30, 7) and examples.labels.shape == (30,)
 
 
