@@ -268,3 +268,13 @@ def test_vector_envs_end_episodes_of_frames_at_their_last_frame():
 def test_a_task_instance_cannot_be_registered():
     with pytest.raises(TypeError, match="not an instance"):
         register_task("tests/Instance-v0", VectorTask())
+
+
+def test_sweeps_take_a_plug_in_task():
+    from routing_rl.app.sweep import sweep_configs
+
+    configs = sweep_configs(["actor", "dqn"], [1e-3], env="tests/Vectors-v0", preset="smoke")
+    assert [(c.agent, c.arch, c.env) for c in configs] == [("actor", "tree", "tests/Vectors-v0"),
+                                                          ("dqn", "tree", "tests/Vectors-v0")]
+    with pytest.raises(ValueError, match="unknown arch 'chain'; choose one of tree"):
+        sweep_configs(["actor"], [1e-3], env="tests/Vectors-v0", arch="chain", preset="smoke")
