@@ -68,7 +68,7 @@ class RoutingTask(ABC):
         archs: the names of the nets :meth:`build_net` can build; the first is the default.
 
     The names this class defines (``dataset``, ``classes``, ``sources``, ``name``,
-    ``make_net``, ``as_examples``, ...) are its interface: do not use them for your options.
+    ``make_net``, ``examples``, ...) are its interface: do not use them for your options.
     """
 
     archs: tuple[str, ...] = ("default",)
@@ -163,7 +163,7 @@ class RoutingTask(ABC):
         (indices into ``net.leaves``) with ``logits`` ``(b, classes)``. Default: unchanged."""
         return memory
 
-    def as_examples(self, split: Split) -> Split:
+    def examples(self, split: Split) -> Split:
         """The independent examples the paper's learners train and are evaluated on: the split
         itself for one input per episode; for episodes of frames, every frame on its own
         (with a fresh episode's memory), labels ``(N·T,)``."""

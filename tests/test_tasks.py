@@ -250,7 +250,7 @@ def test_episodes_of_frames_carry_memory_from_one_frame_to_the_next():
     clip = env.traffic.split.labels[env.traffic.example[0]]
     assert env.traffic.label[0] == clip[2]
     assert total < 0  # three cross-entropies
-    examples = make_task(ClipTask).as_examples(env.traffic.split)
+    examples = make_task(ClipTask).examples(env.traffic.split)
     assert examples.images.shape == (30, 7) and examples.labels.shape == (30,)
 
 
@@ -278,3 +278,11 @@ def test_sweeps_take_a_plug_in_task():
                                                           ("dqn", "tree", "tests/Vectors-v0")]
     with pytest.raises(ValueError, match="unknown arch 'chain'; choose one of tree"):
         sweep_configs(["actor"], [1e-3], env="tests/Vectors-v0", arch="chain", preset="smoke")
+
+
+def test_registered_keywords_never_hold_data():
+    dataset = make_task(VectorTask).dataset()
+    for heavy in (dataset, dataset.train, dataset.train.images, vector_tree()):
+        with pytest.raises(TypeError, match="deep-copy on every gym.make"):
+            register_task("tests/Heavy-v0", VectorTask, data=heavy)
+    assert "tests/Heavy-v0" not in gym.registry

@@ -162,7 +162,7 @@ def train(
 
         started = time.perf_counter()
         result = train_sb3(config, task, run_dir, device, resume=resume is not None)
-        net, evaluations = result.net, result.evaluations(task.as_examples(test))
+        net, evaluations = result.net, result.evaluations(task.examples(test))
         history, wall = result.history, time.perf_counter() - started
     else:
         net, evaluations, history, wall = _train_learner(config, task, train_part, validation, test, run_dir, device, resume)
@@ -193,7 +193,7 @@ def _train_learner(config, task, train_part, validation, test, run_dir, device, 
     from routing_rl.app.trainer import fit
 
     learner = make_learner(config, task, device)
-    train_part, validation, test = task.as_examples(train_part), task.as_examples(validation), task.as_examples(test)
+    train_part, validation, test = task.examples(train_part), task.examples(validation), task.examples(test)
     checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device) if resume else None
     start = checkpoint["training_state"]["iteration"] if checkpoint else 0
     monitor = Monitor(run_dir, total=config.iterations, initial=start, description=f"{config.agent} {config.arch}")
