@@ -55,6 +55,12 @@ def check_actions(actions, n: int, n_actions: int) -> np.ndarray:
     as an array, a list, or a scalar when ``n`` is 1. Refused, naming the problem: None,
     strings, booleans, fractions (0.7), NaN, numbers out of range (2**63), other shapes.
     """
+    if type(actions) is int or isinstance(actions, np.integer):  # one env's usual action: no array checks
+        if n == 1 and 0 <= actions < n_actions:
+            return np.array([actions], dtype=np.int64)
+    elif isinstance(actions, np.ndarray) and actions.dtype.kind in "iu" and actions.shape == (n,):  # an agent's batch
+        if n == 0 or (actions.min() >= 0 and actions.max() < n_actions):
+            return actions.astype(np.int64, copy=False)
     expected = f"{n} integer action{'s' if n > 1 else ''} in 0..{n_actions - 1}"
     if actions is None:
         raise ValueError(f"expected {expected}, got None")

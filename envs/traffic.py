@@ -174,15 +174,15 @@ class Traffic:
         """Run the slots' current frame from the root to its first junction."""
         self.decisions[slots] = -1
         x, pick = self._frames(slots)
-        rows = torch.from_numpy(slots).to(self.device)
         if self.training and self.trainer.options.augment:
             x = self.task.augment(x, self.split.source.index_select(0, pick), self.generator)
-        if start:
-            memory = self.task.initial_memory(x)
-            if memory is not None:
-                if self.memory is None:
-                    self.memory = torch.zeros(self.n, *memory.shape[1:], dtype=memory.dtype, device=self.device)
-                self.memory[rows] = memory
+        memory = self.task.initial_memory(x) if start else None
+        if memory is not None and self.memory is None:
+            self.memory = torch.zeros(self.n, *memory.shape[1:], dtype=memory.dtype, device=self.device)
+        if self.memory is not None or self.training:
+            rows = torch.from_numpy(slots).to(self.device)
+        if memory is not None:
+            self.memory[rows] = memory
         x = self.task.net_input(x, None if self.memory is None else self.memory.index_select(0, rows))
         if self.training:
             self.images[rows] = x
