@@ -54,7 +54,6 @@ from routing_rl.nets.seeding import seeded_net
 __all__ = ["ENV_KEYWORDS", "RoutingTask", "TaskFactory", "env_spec", "make_task", "register_task", "task_from_env"]
 
 
-
 class RoutingTask(ABC):
     """A routing problem: its data, its routed nets, its costs and its episodes.
 
@@ -169,10 +168,9 @@ class RoutingTask(ABC):
         (with a fresh episode's memory), labels ``(N·T,)``."""
         if split.frames == 1:
             return split
-        n, t = split.labels.shape
         frames = split.images.flatten(0, 1)
         inputs = self.net_input(frames, self.initial_memory(frames))
-        return Split(inputs, split.labels.flatten(), split.source.repeat_interleave(t))
+        return Split(inputs, split.labels.flatten(), split.source.repeat_interleave(split.frames))
 
 
 TaskFactory = type[RoutingTask] | Callable[..., RoutingTask] | str
