@@ -31,7 +31,7 @@ Terminates after the clip's last frame reached a leaf; never truncates.
 
 ## Arguments
 ``frames`` (16), ``train_clips`` (1500), ``test_clips`` (300), ``clip_seed`` (0),
-``data_dir``, ``download``, and every routing env keyword (``k_cpt``, ``train``, ...).
+``images`` (``hybrid``), ``data_dir``, ``download``, and every routing env keyword (``k_cpt``, ``train``, ...).
 """
 
 from __future__ import annotations
@@ -58,23 +58,30 @@ class VideoTask(RoutingTask):
         frames: frames per clip (T).
         train_clips, test_clips: clips made of the training and test images.
         clip_seed: seed of the clips (test clips use ``clip_seed + 1``).
-        data_dir, download: where the hybrid dataset's files are (as for ``hybrid``).
+        images: the images clips are made of: a dataset name (default ``hybrid``), loaded from
+            ``data_dir`` on first use, or a :class:`~routing_rl.data.RoutingDataset` of
+            32×32 images with train and test splits.
+        data_dir, download: where the named dataset's files are.
     """
 
     archs = ("video",)
 
     def __init__(self, frames: int = 16, train_clips: int = 1500, test_clips: int = 300, clip_seed: int = 0,
-                 data_dir: str | Path | None = None, download: bool = True):
+                 images: str | RoutingDataset = "hybrid", data_dir: str | Path | None = None, download: bool = True):
+        if not isinstance(images, (str, RoutingDataset)):
+            raise TypeError(f"images must be a dataset name or a RoutingDataset, got {type(images).__name__}")
         self.config = ClipConfig(frames=frames)
         for name, value in (("train_clips", train_clips), ("test_clips", test_clips)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.train_clips, self.test_clips, self.clip_seed = train_clips, test_clips, clip_seed
-        self.data_dir, self.download = data_dir, download
+        self.images, self.data_dir, self.download = images, data_dir, download
         self.clips: dict[str, Clips] = {}
 
     def load_dataset(self) -> RoutingDataset:
-        images = load_dataset("hybrid", data_dir=self.data_dir, download=self.download)
+        images = self.images
+        if isinstance(images, str):
+            images = load_dataset(images, data_dir=self.data_dir, download=self.download)
         return self.from_images(images)
 
     def from_images(self, images: RoutingDataset) -> RoutingDataset:
