@@ -43,7 +43,7 @@ class ImageTask(RoutingTask):
             return self.dataset_arg
         return load_dataset(self.dataset_arg, data_dir=self.data_dir, download=self.download)
 
-    def default_arch(self, agent: str) -> str:
+    def default_arch(self, agent: str | None) -> str:
         return "static-8" if agent == "static" else "chain"
 
     def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-ENV_KEYWORDS = ("split", "arch", "width", "k_cpt", "error_cost", "train", "joint", "net", "device", "seed")
+ENV_KEYWORDS = ("split", "arch", "width", "k_cpt", "error_cost", "clip_actions", "train", "joint", "net", "device",
+                "seed", "share")
 """Keywords every routing env takes itself; any other keyword goes to the task's constructor."""
 
 ENTRY_POINT = "routing_rl.envs.routing_env:RoutingEnv"
@@ -26,6 +27,24 @@ ENV_DATASETS = {
     "routing_rl/CIFAR5Routing-v0": "cifar5",
     "routing_rl/MNISTRouting-v0": "mnist",
 }
+
+
+class NetShare:
+    """Holds the net (and its feature trainer) of the first env made with it, for the others.
+
+    Registration puts a fresh one in every id's keywords. ``gym.make`` deep-copies those, so
+    each made env gets an empty one and builds its own net; ``gym.make_vec(...,
+    vectorization_mode="sync")`` copies them once for all its sub-envs, which therefore route
+    and train one net. (Sub-envs in ``"async"`` mode live in separate processes: each builds
+    its own net, from the same seed.)
+    """
+
+    def __init__(self):
+        self.net = None
+        self.trainer = None
+
+    def __deepcopy__(self, memo) -> NetShare:
+        return NetShare()
 
 
 def register_task(env_id: str, task, **kwargs) -> None:
@@ -42,7 +61,7 @@ def register_task(env_id: str, task, **kwargs) -> None:
         raise TypeError("register the task's class or factory (or 'module:name'), not an instance: "
                         "Gymnasium would copy its data on every gym.make")
     gym.register(id=env_id, entry_point=ENTRY_POINT, vector_entry_point=VECTOR_ENTRY_POINT,
-                 kwargs={"task": task, **kwargs})
+                 kwargs={"task": task, "share": NetShare(), **kwargs})
 
 
 def register_envs() -> None:

@@ -109,14 +109,15 @@ class RoutingTask(ABC):
         """Source names, in the order of ``Split.source`` indices."""
         return tuple(self.dataset().sources)
 
-    def default_arch(self, agent: str) -> str:
-        """The arch ``agent`` trains when none is given."""
+    def default_arch(self, agent: str | None) -> str:
+        """The arch ``agent`` trains when none is given (``None``: an environment's agent).
+        Default: the first of :attr:`archs`."""
         return self.archs[0]
 
     def make_net(self, arch: str | None = None, width: int = 1, k_cpt_input: bool = False, seed: int = 0,
                  device: str | torch.device = "cpu") -> RoutedNet:
         """:meth:`build_net` with weights initialised from ``seed``, on ``device``."""
-        arch = self.archs[0] if arch is None else arch
+        arch = self.default_arch(None) if arch is None else arch
         if arch not in self.archs:
             raise ValueError(f"{type(self).__name__} has no arch {arch!r}; choose one of {', '.join(self.archs)}")
         net = seeded_net(lambda: self.build_net(arch, width, k_cpt_input), seed, device)

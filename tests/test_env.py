@@ -115,16 +115,25 @@ def test_eval_mode_is_deterministic_and_frozen(dataset):
         assert torch.equal(value, before[key]), f"{key} changed in eval mode"
 
 
-def test_actions_past_the_last_sink_take_the_last(vectors):
+def test_actions_past_the_last_sink_raise_unless_clipped(vectors):
     net = vector_tree()  # root: 3 sinks (leafA, mid, fork); fork: 2 sinks (leafC, leafD)
     env = RoutingEnv(dataset=vectors, net=net, train=False)
     assert env.action_space == gym.spaces.Discrete(3)
-    assert episode(env, [2, 2], seed=0)[2]["leaf"] == episode(env, [2, 1], seed=0)[2]["leaf"] == "leafD"
+    assert episode(env, [2, 1], seed=0)[2]["leaf"] == "leafD"
     assert episode(env, [1], seed=0)[2]["leaf"] == "leafB", "a plain node passes straight on to its sink"
     assert episode(env, [0], seed=0)[2]["leaf"] == "leafA"
     env.reset(seed=0)
+    env.step(2)
+    assert env.action_masks().tolist() == [True, True, False]
+    with pytest.raises(ValueError, match="action 2 at junction 'fork', which has only sinks 0..1"):
+        env.step(2)
+    _, _, terminated, _, info = env.step(1)
+    assert terminated and info["leaf"] == "leafD", "a refused action changes nothing"
+    clipped = RoutingEnv(dataset=vectors, net=net, train=False, clip_actions=True)
+    assert episode(clipped, [2, 2], seed=0)[2]["leaf"] == "leafD"
+    env.reset(seed=0)
     for bad in (3, -1):
-        with pytest.raises(ValueError, match="actions must be sinks 0..2"):
+        with pytest.raises(ValueError, match="integer action in 0..2"):
             env.step(bad)
     env.step(0)
     with pytest.raises(RuntimeError, match="call reset"):
@@ -250,7 +259,7 @@ def test_joint_training_trains_transforms_and_heads_only_in_train_mode(dataset):
 
 def test_gymnasium_vector_env_same_step_autoreset(dataset):
     envs = gym.make_vec("routing_rl/HybridRouting-v0", num_envs=5, dataset=dataset, train=False)
-    assert type(envs).__name__ == "RoutingVectorEnv"
+    assert type(envs).__name__ == "RoutingGymVectorEnv"
     assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
     obs, infos = envs.reset(seed=0)
     assert obs.shape == (5, envs.single_observation_space.shape[0]) and infos["_macs"].all()
