@@ -150,3 +150,53 @@ def test_episode_sampler_carries_the_nets_own_memory(task):
     assert torch.equal((sampler.frame - first_frames) % split.frames, torch.ones(8, dtype=torch.long))
     again = EpisodeSampler(task, split, batch_size=8, seed=0)
     assert torch.equal(again.next(net).images, batch.images)
+
+
+def make_env(task, **kwargs):
+    import gymnasium as gym
+
+    return gym.make("routing_rl/VideoRouting-v0", task=task, train=False, **kwargs)
+
+
+def test_the_env_passes_gymnasiums_and_sb3s_checkers(task):
+    from gymnasium.utils.env_checker import check_env
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    env = make_env(task)
+    check_env(env.unwrapped)
+    sb3_check_env(env.unwrapped)
+
+
+def test_a_clips_rewards_are_its_frames_costs(task):
+    import numpy as np
+
+    k_cpt = 4e-9
+    env = make_env(task, k_cpt=k_cpt)
+    net = env.unwrapped.net
+    macs = dict(zip(net.leaves, net.leaf_macs.tolist()))
+    rng = np.random.default_rng(0)
+    for seed in range(3):
+        env.reset(seed=seed)
+        total, frames, expected, done = 0.0, 0, 0.0, False
+        while not done:
+            _, reward, done, truncated, info = env.step(int(rng.integers(2)))
+            assert not truncated
+            total += reward
+            if "leaf" in info:  # a frame reached its leaf
+                expected -= info["c_err"] + k_cpt * macs[info["leaf"]]
+                assert info["frame"] == frames
+                frames += 1
+        assert frames == task.clips["train"].length
+        assert total == pytest.approx(expected, rel=1e-6)
+
+
+def test_reusing_costs_only_the_change_detector(task):
+    env = make_env(task, k_cpt=1e-6)
+    net = env.unwrapped.net
+    env.reset(seed=0)
+    env.step(1), env.step(1)  # the first frame: compute, deep
+    _, reward, _, _, info = env.step(0)  # the second frame: reuse
+    assert info["leaf"] == "reuse"
+    detector = net.macs["detect"] + net.router_macs["detect"]
+    assert reward == pytest.approx(-info["c_err"] - 1e-6 * detector)
+    assert detector < 0.005 * float(net.leaf_macs[1])
