@@ -20,7 +20,8 @@ from routing_rl.core.execution import Decide, Junction
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.video import DIFFERENCE_SIDE, FRAME_SHAPE
-from routing_rl.training.episodes import FramePolicy, evaluate_episodes
+from routing_rl.training.episodes import FramePolicy
+from routing_rl.training.evaluate import evaluate
 
 REUSE_SINK, COMPUTE_SINK = 0, 1  # at "detect"
 CHEAP_SINK, DEEP_SINK = 0, 1  # at "col1"
@@ -78,7 +79,7 @@ def tune_threshold(net: RoutedNet, task, validation: Split, k_cpt: float, candid
         candidates = torch.logspace(-3, -0.5, 16)
     tried = []
     for threshold in candidates.tolist():
-        result = evaluate_episodes(net, task, validation, k_cpt, difference_threshold(threshold))
+        result = evaluate(net, validation, k_cpt, difference_threshold(threshold), task=task)
         tried.append({"threshold": threshold, **{k: result[k] for k in ("mean_cost", "accuracy", "mean_macs")}})
     best = min(tried, key=lambda entry: entry["mean_cost"])
     return best["threshold"], tried

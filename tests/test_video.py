@@ -12,8 +12,9 @@ from routing_rl.core.macs import MacCounter
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.video_task import VideoTask
 from routing_rl.nets.multiscale import column
-from routing_rl.nets.video import AGE_CAP, LEAVES, MemoryLayout, ChangeDetector, pack, thumbnail, video_net
-from routing_rl.training.episodes import EpisodeSampler, run_episodes, summarise
+from routing_rl.nets.video import AGE_CAP, LEAVES, ChangeDetector, MemoryLayout, pack, thumbnail
+from routing_rl.training.episodes import EpisodeSampler, run_episodes
+from routing_rl.training.evaluate import evaluate
 
 CLASSES = 10
 
@@ -101,11 +102,14 @@ def test_episodes_cost_frame_by_frame(task, net):
     assert torch.allclose(deep.c_err.flatten(), error_cost(logits, split.labels.flatten()), atol=1e-5)
     oracle = run_episodes(net, task, split, policies.Oracle(clips.event), k_cpt)
     assert torch.equal(oracle.leaf == 0, ~clips.event)
-    summary = summarise(net, oracle, k_cpt)
+    summary = evaluate(net, split, k_cpt, policies.Oracle(clips.event), task=task)
     expected = (oracle.c_err.double() + k_cpt * oracle.macs.double()).mean()
     assert summary["mean_cost"] == pytest.approx(float(expected))
     assert summary["mean_macs"] < float(net.leaf_macs[2])
     assert len(summary["accuracy_by_frame"]) == clips.length
+    assert summary["examples"] == clips.labels.numel()
+    assert summary["leaves"]["reuse"]["fraction"] == pytest.approx(float((~clips.event).double().mean()))
+    assert summary["accuracy"] == pytest.approx(float(oracle.correct.double().mean()))
 
 
 def test_reused_frames_repeat_the_key_frames_prediction(task, net):

@@ -5,8 +5,8 @@ independent examples: the net's input at frame ``t`` is ``task.net_input(frame_t
 and the memory after it is ``task.carry(memory, frame_t, logits, leaf)`` — it depends on where
 the routing sent the frames before. Two things therefore run whole episodes:
 
-* :func:`run_episodes` / :func:`evaluate_episodes` — judging a routing policy on clips,
-  frame after frame, every clip of a batch in step;
+* :func:`run_episodes` — judging a routing policy on clips, frame after frame, every clip
+  of a batch in step (:func:`~routing_rl.training.evaluate.evaluate` summarises it);
 * :class:`EpisodeSampler` — training batches for the paper's learners: the next frame of
   ``batch_size`` clips in flight, with the memory the net's own inference routing carried
   (argmax decisions, no gradient) — the memory the learned policy will meet at test time.
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import torch
 
-from routing_rl.core.costs import error_cost
 from routing_rl.core.execution import Decide, argmax_decide, dynamic, route
 from routing_rl.core.graph import RoutedNet
 from routing_rl.data import Split
@@ -81,30 +80,19 @@ def run_episodes(net: RoutedNet, task, split: Split, policy: FramePolicy | Decid
     return Episodes(*(torch.cat(values) for values in zip(*parts)))
 
 
-def summarise(net: RoutedNet, episodes: Episodes, k_cpt: float | None) -> dict:
-    """JSON-ready: ``accuracy`` and ``mean_macs`` per frame, ``mean_c_err``, ``mean_cost``
-    (``c_err + k_cpt × MACs`` per frame), per-frame-position curves ``accuracy_by_frame`` and
-    ``macs_by_frame`` ``(T,)``, and the fraction of frames at each leaf."""
+def episode_metrics(episodes: Episodes, k_cpt: float | None) -> dict:
+    """What only episodes have, JSON-ready: ``clips``, ``mean_c_err`` and ``mean_cost`` per
+    frame (``c_err + k_cpt × MACs``, the negated mean reward per frame), and per frame
+    position the curves ``accuracy_by_frame`` and ``macs_by_frame`` ``(T,)``."""
     macs = episodes.macs.double()
     cost = episodes.c_err.double() + (k_cpt or 0.0) * macs
     return {
-        "accuracy": float(episodes.correct.double().mean()),
-        "mean_macs": float(macs.mean()),
+        "clips": int(episodes.leaf.shape[0]),
         "mean_c_err": float(episodes.c_err.double().mean()),
         "mean_cost": float(cost.mean()),
-        "k_cpt": k_cpt,
-        "examples": int(episodes.leaf.numel()),
-        "clips": int(episodes.leaf.shape[0]),
         "accuracy_by_frame": episodes.correct.double().mean(0).tolist(),
         "macs_by_frame": macs.mean(0).tolist(),
-        "leaves": {name: float((episodes.leaf == i).double().mean()) for i, name in enumerate(net.leaves)},
     }
-
-
-def evaluate_episodes(net: RoutedNet, task, split: Split, k_cpt: float | None = None,
-                      policy: FramePolicy | Decide = argmax_decide, error_kind: str = "cross_entropy") -> dict:
-    """:func:`run_episodes`, summarised by :func:`summarise`."""
-    return summarise(net, run_episodes(net, task, split, policy, k_cpt, error_kind), k_cpt)
 
 
 class EpisodeSampler:
@@ -131,8 +119,9 @@ class EpisodeSampler:
 
     def next(self, net: RoutedNet, k_cpt=None) -> Split:
         device = net.leaf_macs.device
-        frames = self.split.images[self.clip, self.frame].to(device)
-        labels = self.split.labels[self.clip, self.frame].to(device)
+        clip, frame = self.clip.to(self.split.labels.device), self.frame.to(self.split.labels.device)
+        frames = self.split.images[clip, frame].to(device)
+        labels = self.split.labels[clip, frame].to(device)
         fresh = self.task.initial_memory(frames)
         if self.memory is None:
             self.memory = fresh
@@ -145,7 +134,7 @@ class EpisodeSampler:
         finally:
             net.train(was_training)
         self.memory = self.task.carry(self.memory, frames, routed.logits, routed.leaf)
-        batch = Split(inputs, labels, self.split.source[self.clip].to(device))
+        batch = Split(inputs, labels, self.split.source[clip].to(device))
         ended = self.frame == self.split.frames - 1
         self.frame = torch.where(ended, 0, self.frame + 1)
         self.clip[ended] = torch.randint(len(self.split), (int(ended.sum()),), generator=self.generator)
