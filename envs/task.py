@@ -37,6 +37,7 @@ PKG.MODULE:TaskId-v0`` all use it. ``docs/plugins.md`` walks through one.
 from __future__ import annotations
 
 import importlib
+import inspect
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -192,6 +193,14 @@ def load_factory(task: TaskFactory) -> Callable[..., RoutingTask]:
     return task
 
 
+def _keywords(factory: Callable) -> set[str] | None:
+    """The keyword names ``factory`` takes; None when it takes any (``**kwargs``)."""
+    parameters = inspect.signature(factory).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
 def make_task(task: RoutingTask | TaskFactory, **kwargs) -> RoutingTask:
     """A task instance; equal ``task`` and keywords give the same instance while it is in use.
 
@@ -238,14 +247,18 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
                          f"'module:{name}' to import the module that does), or use one of {', '.join(known)}") from None
 
 
-def task_from_env(env_id: str, **kwargs) -> tuple[RoutingTask, dict]:
+def task_from_env(env_id: str, optional: dict | None = None, **kwargs) -> tuple[RoutingTask, dict]:
     """The task behind a registered routing env, and the env keywords of ``gym.make(env_id,
-    **kwargs)`` (the registered defaults updated by ``kwargs``)."""
+    **kwargs)`` (the registered defaults updated by ``kwargs``). ``optional``: task keywords
+    given only if the task's constructor takes them (``data_dir``, say)."""
     spec = env_spec(env_id)
     values = {**spec.kwargs, **kwargs}
     if "task" not in values:
         raise ValueError(f"env {spec.id!r} is not a routing task (no 'task' keyword); register it with "
                          "routing_rl.envs.register_task")
+    if optional and not isinstance(values["task"], RoutingTask):
+        takes = _keywords(load_factory(values["task"]))
+        values.update({k: v for k, v in optional.items() if takes is None or k in takes})
     task_kwargs = {k: v for k, v in values.items() if k not in ENV_KEYWORDS and k != "task"}
     env_kwargs = {k: v for k, v in values.items() if k in ENV_KEYWORDS}
     return make_task(values["task"], **task_kwargs), env_kwargs

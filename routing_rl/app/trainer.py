@@ -17,7 +17,9 @@ import torch
 
 from routing_rl.agents.base import Learner
 from routing_rl.training.config import TrainConfig
-from routing_rl.data import Split, augment
+from routing_rl.data import Split
+from routing_rl.data import augment as image_augment
+from routing_rl.envs.task import RoutingTask
 from routing_rl.training.episodes import EpisodeSampler
 from routing_rl.training.evaluate import evaluate
 from routing_rl.training.monitor import Monitor, evaluation_scalars
@@ -70,13 +72,15 @@ class TrainingState:
     train_seconds: float = 0.0
 
 
-def validate(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None, task=None) -> dict:
-    """Evaluate on the validation split at every k_cpt the learner is judged at (clip by clip
-    with ``task``'s memory for a split of sequences); log the results and histograms of the
-    router scores on the first validation examples."""
+def validate(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None,
+             task: RoutingTask | None = None) -> dict:
+    """Evaluate on the validation split at every k_cpt the learner is judged at (classes and
+    sources named by ``task``; clip by clip with its memory for a split of sequences); log the
+    results and histograms of the router scores on the first validation examples."""
     entry = {"iteration": iteration, "evaluations": []}
+    names = {"classes": task.classes, "sources": task.sources} if task is not None else {}
     for k_cpt in learner.eval_k_cpts():
-        result = evaluate(learner.net, validation, k_cpt, learner.decide(k_cpt), task=task)
+        result = evaluate(learner.net, validation, k_cpt, learner.decide(k_cpt), task=task, **names)
         entry["evaluations"].append(result)
         if monitor is not None:
             suffix = "" if len(learner.eval_k_cpts()) == 1 else f"_k{k_cpt:g}"
@@ -99,7 +103,7 @@ def fit(
     save: Callable[[dict], None] | None = None,
     resume: dict | None = None,
     after_validation: Callable[[dict], None] | None = None,
-    task=None,
+    task: RoutingTask | None = None,
 ) -> TrainingState:
     """Train ``learner`` for ``config.iterations`` iterations.
 
@@ -109,10 +113,13 @@ def fit(
         save: called with a checkpoint dict at every checkpoint; the caller writes it.
         resume: a checkpoint dict from an earlier ``save``; training continues from it.
         after_validation: called with each history entry (figures, for example).
-        task: for splits of sequences (``images (N, T, ...)``), the task whose memory carries
-            from frame to frame: batches are then the next frames of clips in flight
+        task: the routing task the splits come from: its augmentation and its class and
+            source names (None: the paper's image augmentation, classes by number). For
+            splits of sequences (``images (N, T, ...)``) batches are the next frames of clips
+            in flight with the task's memory carried
             (:class:`~routing_rl.training.episodes.EpisodeSampler`), not augmented.
     """
+    augment = task.augment if task is not None else image_augment
     device = learner.device
     episodic = train.frames > 1
     if episodic and task is None:

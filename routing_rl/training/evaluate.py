@@ -24,6 +24,7 @@ def evaluate(
     decide: Decide = argmax_decide,
     batch_size: int = 1000,
     classes: tuple[str, ...] | None = None,
+    sources: tuple[str, ...] = SOURCES,
     task=None,
 ) -> dict:
     """Route ``split`` through ``net`` in eval mode and summarise, JSON-ready.
@@ -31,7 +32,7 @@ def evaluate(
     Returns ``accuracy`` (fraction correct), ``mean_macs`` (MACs per example), ``k_cpt``,
     ``examples``, and per leaf: ``fraction`` of examples classified there, their
     ``accuracy`` (None where no example arrived), ``count``, and counts ``by_class`` and
-    ``by_source`` (names from ``classes`` and :data:`~routing_rl.data.SOURCES`).
+    ``by_source`` (names from ``classes`` and ``sources``, the dataset's names).
 
     A split of sequences (``images (N, T, ...)``) is routed clip by clip with ``task``'s
     memory (:func:`~routing_rl.training.episodes.run_episodes`; ``decide`` may then be a
@@ -44,7 +45,8 @@ def evaluate(
         episodes = run_episodes(net, task, split, decide, k_cpt)
         frames = split.labels.shape[1]
         result = summarise(net, episodes.leaf.flatten(), episodes.correct.flatten(), episodes.macs.flatten(),
-                           split.labels.flatten().cpu(), split.source.repeat_interleave(frames).cpu(), k_cpt, classes)
+                           split.labels.flatten().cpu(), split.source.repeat_interleave(frames).cpu(), k_cpt, classes,
+                           sources)
         return {**result, **episode_metrics(episodes, k_cpt)}
     was_training = net.training
     net.eval()
@@ -61,11 +63,12 @@ def evaluate(
     finally:
         net.train(was_training)
     leaf, correct, macs = torch.cat(leaves).cpu(), torch.cat(correct).cpu(), torch.cat(macs).cpu()
-    return summarise(net, leaf, correct, macs, split.labels.cpu(), split.source.cpu(), k_cpt, classes)
+    return summarise(net, leaf, correct, macs, split.labels.cpu(), split.source.cpu(), k_cpt, classes, sources)
 
 
 def summarise(net: RoutedNet, leaf: torch.Tensor, correct: torch.Tensor, macs: torch.Tensor, labels: torch.Tensor,
-              source: torch.Tensor, k_cpt: float | None, classes: tuple[str, ...] | None) -> dict:
+              source: torch.Tensor, k_cpt: float | None, classes: tuple[str, ...] | None,
+              sources: tuple[str, ...] = SOURCES) -> dict:
     """:func:`evaluate`'s summary of routed examples, all ``(n,)`` on the CPU."""
     n_classes = net.classes
     class_names = list(classes) if classes is not None else [str(c) for c in range(n_classes)]
@@ -79,7 +82,7 @@ def summarise(net: RoutedNet, leaf: torch.Tensor, correct: torch.Tensor, macs: t
             "accuracy": float(correct[here].double().mean()) if count else None,
             "macs": int(net.leaf_macs[i]),
             "by_class": dict(zip(class_names, torch.bincount(labels[here], minlength=n_classes).tolist())),
-            "by_source": dict(zip(SOURCES, torch.bincount(source[here], minlength=len(SOURCES)).tolist())),
+            "by_source": dict(zip(sources, torch.bincount(source[here], minlength=len(sources)).tolist())),
         }
     return {
         "accuracy": float(correct.double().mean()),
