@@ -204,3 +204,26 @@ def test_reusing_costs_only_the_change_detector(task):
     detector = net.macs["detect"] + net.router_macs["detect"]
     assert reward == pytest.approx(-info["c_err"] - 1e-6 * detector)
     assert detector < 0.005 * float(net.leaf_macs[1])
+
+
+def test_vector_env_slots_play_whole_clips_while_others_restart(task):
+    import numpy as np
+
+    from routing_rl.envs import RoutingSB3VecEnv
+
+    env = RoutingSB3VecEnv(4, seed=0, task=task, train=False, k_cpt=4e-9)
+    env.reset()
+    frames_seen = np.zeros(4, dtype=int)
+    finished_clips = 0
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        _, _, dones, infos = env.step(rng.integers(2, size=4))
+        for slot, info in enumerate(infos):
+            if "leaf" in info:
+                assert info["frame"] == frames_seen[slot]
+                frames_seen[slot] += 1
+            if dones[slot]:
+                assert frames_seen[slot] == task.clips["train"].length
+                frames_seen[slot] = 0
+                finished_clips += 1
+    assert finished_clips >= 4
