@@ -220,12 +220,12 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     starts empty again). Writes TensorBoard/CSV logs, checkpoints, ``best_model.zip`` (best
     validation return) and ``model.zip`` into ``run_dir``.
     """
-    if config.agent not in SB3_AGENTS:
-        raise ValueError(f"train_sb3 trains {', '.join(SB3_AGENTS)}, not {config.agent!r}")
-    run_dir = Path(run_dir)
     env_id = config.env if isinstance(task, RoutingTask) else None  # a dataset in memory has no id to rebuild from
     task = task if isinstance(task, RoutingTask) else ImageTask(task)
     config.validate(task.archs)
+    if config.agent not in SB3_AGENTS:
+        raise ValueError(f"train_sb3 trains {', '.join(SB3_AGENTS)}, not {config.agent!r}")
+    run_dir = Path(run_dir)
     torch.manual_seed(config.seed)
     train_part, validation, _ = training_splits(config, task.dataset())
     n_envs = int(config.extra.get("n_envs", 64))

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from routing_rl.core.graph import RoutedNet
-from routing_rl.data import RoutingDataset, augment, load_dataset
+from routing_rl.data import DATASETS, RoutingDataset, augment, load_dataset
 from routing_rl.envs.task import RoutingTask
 from routing_rl.nets.multiscale import arch_names, build
 
@@ -34,6 +34,9 @@ class ImageTask(RoutingTask):
     def __init__(self, dataset: str | RoutingDataset, data_dir: str | Path | None = None, download: bool = True):
         if not isinstance(dataset, (str, RoutingDataset)):
             raise TypeError(f"dataset must be a dataset name or a RoutingDataset, got {type(dataset).__name__}")
+        if isinstance(dataset, str) and dataset not in DATASETS:
+            raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}, "
+                             "or write a routing task for yours (docs/plugins.md)")
         self.dataset_arg = dataset
         self.data_dir = data_dir
         self.download = download

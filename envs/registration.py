@@ -49,6 +49,11 @@ class NetShare:
         return NetShare()
 
 
+def _holds_data(value) -> bool:
+    """Whether ``value`` is a tensor, a module, a split or a dataset (checked without importing torch)."""
+    return hasattr(value, "state_dict") or type(value).__name__ in ("Tensor", "Parameter", "Split", "RoutingDataset")
+
+
 def register_task(env_id: str, task, **kwargs) -> None:
     """Register ``task`` (a :class:`~routing_rl.envs.task.RoutingTask` class, a function
     returning one, or the ``"module:name"`` of either) as Gymnasium environment ``env_id``.
@@ -62,6 +67,11 @@ def register_task(env_id: str, task, **kwargs) -> None:
     if not isinstance(task, (str, type)) and hasattr(task, "load_dataset"):
         raise TypeError("register the task's class or factory (or 'module:name'), not an instance: "
                         "Gymnasium would copy its data on every gym.make")
+    heavy = sorted(key for key, value in kwargs.items() if _holds_data(value))
+    if heavy:
+        raise TypeError(f"registered keywords {heavy} hold tensors, data or a net, which Gymnasium would deep-copy "
+                        "on every gym.make; register plain values (a dataset name, sizes) and load the data in "
+                        "the task's load_dataset(), or pass objects to gym.make itself")
     gym.register(id=env_id, entry_point=ENTRY_POINT, vector_entry_point=VECTOR_ENTRY_POINT,
                  kwargs={"task": task, "share": NetShare(), **kwargs})
 

@@ -66,6 +66,9 @@ class RoutingTask(ABC):
 
     Attributes:
         archs: the names of the nets :meth:`build_net` can build; the first is the default.
+
+    The names this class defines (``dataset``, ``classes``, ``sources``, ``name``,
+    ``make_net``, ``examples``, ...) are its interface: do not use them for your options.
     """
 
     archs: tuple[str, ...] = ("default",)

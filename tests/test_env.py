@@ -8,7 +8,7 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from helpers import vector_tree
-from routing_rl.envs import JointTraining, ObservationLayout, RoutingEnv, RoutingVecEnv
+from routing_rl.envs import JointTraining, ObservationLayout, RoutingEnv, RoutingSB3VecEnv
 from routing_rl.envs.registration import ENV_DATASETS
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
@@ -172,7 +172,7 @@ def test_checkers_pass_with_dynamic_k_cpt_and_tree(vectors):
 
 def test_vec_env_auto_resets_and_returns_sum_to_minus_c_inf(dataset):
     n = 6
-    vec_env = RoutingVecEnv(n, dataset=dataset, train=False, seed=1)
+    vec_env = RoutingSB3VecEnv(n, dataset=dataset, train=False, seed=1)
     net = vec_env.net
     obs = vec_env.reset()
     assert obs.shape == (n, vec_env.observation_space.shape[0]) and obs.dtype == np.float32
@@ -202,7 +202,7 @@ def test_vec_env_observations_equal_the_single_envs(dataset):
     """Batched stepping gives each example what stepping it alone gives (eval-mode batch norm
     treats examples on their own)."""
     n = 5
-    vec_env = RoutingVecEnv(n, dataset=dataset, train=False, seed=2)
+    vec_env = RoutingSB3VecEnv(n, dataset=dataset, train=False, seed=2)
     trajectory = [vec_env.reset()]
     examples = vec_env.traffic.example.copy()
     actions = np.ones(n, dtype=np.int64)  # on to col2, col3: no slot restarts
@@ -219,8 +219,8 @@ def test_vec_env_observations_equal_the_single_envs(dataset):
 
 
 def test_seeding_through_reset_and_vec_env_seed(dataset):
-    a = RoutingVecEnv(4, dataset=dataset, train=False)
-    b = RoutingVecEnv.make("routing_rl/CIFAR2Routing-v0", num_envs=4, dataset=dataset, train=False, net=a.net)
+    a = RoutingSB3VecEnv(4, dataset=dataset, train=False)
+    b = RoutingSB3VecEnv.make("routing_rl/CIFAR2Routing-v0", num_envs=4, dataset=dataset, train=False, net=a.net)
     a.seed(7)
     b.seed(7)
     np.testing.assert_array_equal(a.reset(), b.reset())
@@ -229,7 +229,7 @@ def test_seeding_through_reset_and_vec_env_seed(dataset):
 
 def test_joint_training_trains_transforms_and_heads_only_in_train_mode(dataset):
     joint = JointTraining(batch_size=4, augment=True)
-    vec_env = RoutingVecEnv(4, dataset=dataset, train=True, joint=joint, seed=0)
+    vec_env = RoutingSB3VecEnv(4, dataset=dataset, train=True, joint=joint, seed=0)
     net = vec_env.net
     before = {k: v.clone() for k, v in net.state_dict().items()}
     vec_env.reset()
@@ -252,7 +252,7 @@ def test_joint_training_trains_transforms_and_heads_only_in_train_mode(dataset):
     assert all(torch.equal(v, frozen[k]) for k, v in net.state_dict().items())
 
     state = vec_env.trainer.state_dict()
-    fresh = RoutingVecEnv(4, dataset=dataset, net=net, train=True, joint=joint).trainer
+    fresh = RoutingSB3VecEnv(4, dataset=dataset, net=net, train=True, joint=joint).trainer
     fresh.load_state_dict(state, strict=True)
     assert fresh.updates == 2 and fresh.lr() == vec_env.trainer.lr()
 

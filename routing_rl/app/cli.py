@@ -177,3 +177,7 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     summary = {k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}
     print(json.dumps(summary, indent=2))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m routing_rl.app.cli"))

@@ -92,12 +92,14 @@ def layout(structure: dict) -> dict[str, tuple[float, float]]:
 
 
 def _mix(leaf: dict, by_source: bool) -> float:
-    """What a leaf classifies, as a number in [0, 1] for a colour map: the CIFAR share of its
-    examples when the data mixes sources, else their mean class index over the class count."""
+    """What a leaf classifies, as a number in [0, 1] for a colour map: the mean source index of
+    its examples over the source count when the data mixes sources (the CIFAR share on the
+    hybrid set), else their mean class index over the class count."""
     if not leaf["count"]:
         return 0.5
     if by_source:
-        return leaf["by_source"].get("cifar", 0) / leaf["count"]
+        counts = list(leaf["by_source"].values())
+        return sum(i * c for i, c in enumerate(counts)) / leaf["count"] / max(len(counts) - 1, 1)
     counts = list(leaf["by_class"].values())
     return sum(i * c for i, c in enumerate(counts)) / leaf["count"] / max(len(counts) - 1, 1)
 
@@ -114,8 +116,8 @@ def node_link_figure(rows: Sequence[tuple[str, dict, dict]]) -> Figure:
     """One row per net: ``(label, structure, evaluation)``.
 
     Left panel: circle area = fraction of examples classified at that node, colour = its
-    accuracy. Right panel: the same circles coloured by the CIFAR share of the examples there
-    (hybrid data), or by their mean class index otherwise.
+    accuracy. Right panel: the same circles coloured by the mean source index of the examples
+    there (the CIFAR share on hybrid data), or by their mean class index for one source.
     """
     heights = []
     for _, structure, _ in rows:

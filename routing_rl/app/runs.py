@@ -103,6 +103,28 @@ def prepare_data(config: TrainConfig, task: RoutingTask) -> tuple[RoutingDataset
     return (dataset, *training_splits(config, dataset))
 
 
+def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):
+    """``(config, task, net)`` of a run: its config, its task and the trained net in eval mode
+    (from ``checkpoint.pt``, or an SB3 agent's ``model.zip``), ready for
+    :func:`~routing_rl.training.evaluate.evaluate` or for ``gym.make(config.env, net=net)``."""
+    run_dir = Path(run_dir)
+    config = read_run(run_dir)
+    task = task_for(config)
+    if config.agent in SB3_AGENTS:
+        from routing_rl.agents.sb3 import MODEL_FILE, load_sb3
+
+        if not (run_dir / MODEL_FILE).is_file():
+            raise RunError(f"{run_dir} has no {MODEL_FILE}: the run has not finished")
+        return config, task, load_sb3(run_dir / MODEL_FILE, device=device)[1].eval()
+    from routing_rl.agents.registry import build_net
+
+    if not (run_dir / CHECKPOINT_FILE).is_file():
+        raise RunError(f"{run_dir} has no {CHECKPOINT_FILE}: the run has not saved a net yet")
+    net = build_net(config, task, device)
+    net.load_state_dict(load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device)["learner"]["net"])
+    return config, task, net.eval()
+
+
 def train(
     config: TrainConfig | None = None, resume: Path | None = None, overwrite: bool = False, overrides: dict | None = None
 ) -> dict:
