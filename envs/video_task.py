@@ -30,7 +30,7 @@ A random clip of the split, at its first frame, with an empty memory (no predict
 Terminates after the clip's last frame reached a leaf; never truncates.
 
 ## Arguments
-``frames`` (16), ``train_clips`` (3000), ``test_clips`` (500), ``clip_seed`` (0),
+``frames`` (16), ``train_clips`` (5000: about 1 GB of frames), ``test_clips`` (500), ``clip_seed`` (0),
 ``images`` (``hybrid``), ``data_dir``, ``download``, and every routing env keyword (``k_cpt``, ``train``, ...).
 """
 
@@ -66,7 +66,7 @@ class VideoTask(RoutingTask):
 
     archs = ("video",)
 
-    def __init__(self, frames: int = 16, train_clips: int = 3000, test_clips: int = 500, clip_seed: int = 0,
+    def __init__(self, frames: int = 16, train_clips: int = 5000, test_clips: int = 500, clip_seed: int = 0,
                  images: str | RoutingDataset = "hybrid", data_dir: str | Path | None = None, download: bool = True):
         if not isinstance(images, (str, RoutingDataset)):
             raise TypeError(f"images must be a dataset name or a RoutingDataset, got {type(images).__name__}")

@@ -122,3 +122,14 @@ def test_hybrid_test_clips_show_no_training_image(real_data_dir):
     close = (keys_shown[:, None] - keys_train[None, :]).abs() < 1e-3
     for i, j in close.nonzero().tolist():
         assert not torch.equal(shown[i], train[j])
+
+
+def test_clips_rendered_in_chunks_are_deterministic_and_complete(monkeypatch):
+    import routing_rl.data.video as video
+
+    split = solid_split(20)
+    monkeypatch.setattr(video, "CHUNK", 3)
+    clips = make_clips(split, 7, seed=9)
+    assert clips.frames.shape == (7, 24, 3, 32, 32) and clips.cut[:, 0].all()
+    assert torch.equal(make_clips(split, 7, seed=9).frames, clips.frames)
+    assert not torch.equal(clips.frames[0], clips.frames[3])  # each chunk draws on from the stream

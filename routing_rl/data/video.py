@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from routing_rl.data.containers import Split
 
 FRAME_SIDE = 32
+CHUNK = 256
+"""Clips rendered together: bounds the intermediate tensors of :func:`make_clips`."""
 BACKGROUND_GRID = 6
 """Side of the random colour grid a background is interpolated from: low enough for smooth
 backgrounds, high enough that panning changes them."""
@@ -151,8 +153,16 @@ def make_clips(split: Split, clips: int, config: ClipConfig = ClipConfig(), seed
         raise ValueError("the split has no images to make clips of")
     if tuple(split.images.shape[1:]) != (3, FRAME_SIDE, FRAME_SIDE):
         raise ValueError(f"clips are made of (3, {FRAME_SIDE}, {FRAME_SIDE}) images, got {tuple(split.images.shape[1:])}")
+    generator = torch.Generator(device=split.images.device).manual_seed(seed)
+    # rendered a chunk at a time, so that the intermediate images stay small
+    chunks = [_render(split, min(CHUNK, clips - start), config, generator) for start in range(0, clips, CHUNK)]
+    if len(chunks) == 1:
+        return chunks[0]
+    return Clips(*(torch.cat([getattr(chunk, name) for chunk in chunks]) for name in Clips.__dataclass_fields__))
+
+
+def _render(split: Split, clips: int, config: ClipConfig, generator: torch.Generator) -> Clips:
     device = split.images.device
-    generator = torch.Generator(device=device).manual_seed(seed)
     C, T = clips, config.frames
     cut, change = _events(generator, C, config, device)
     # Shots and segments are numbered across all clips, so one draw per shot / segment suffices.
