@@ -1,36 +1,48 @@
 #!/usr/bin/env bash
-# Issue 12, video routing: train the learned policies on routing_rl/VideoRouting-v0 (pragmatic
-# critic with eps-greedy, actor, SB3 DQN, all through experiments/train_agent.py), compare them
-# with the baselines on the same test clips (experiments/video_report.py) and time frames/s of
-# the learned policy against always-deep (benchmarks/run.py --only video), on CUDA and CPU.
-# Run from the repository root; results (small files) go to $OUT. About 5 minutes on one GPU.
+# Issue 12, video routing, on one GPU in about 5 minutes: train learned policies on
+# routing_rl/VideoRouting-v0 through experiments/train_agent.py (the pragmatic critic with
+# eps-greedy, with cross-entropy and with 0/1 utilities; the actor; SB3 DQN), compare each with
+# the baselines on the same test clips and net (experiments/video_report.py: video.md, video.json,
+# video.png), and time frames/s of the learned policy against always-deep (benchmarks/run.py
+# --only video) on CUDA and on 4 CPU threads. Run from the repository root; small files go to $OUT.
 set -euo pipefail
 OUT=${OUT:-out}
 export ROUTING_RL_DATA_DIR=${ROUTING_RL_DATA_DIR:-$PWD/.data/datasets}
 export ROUTING_RL_CACHE=${ROUTING_RL_CACHE:-$PWD/.cache/routing-rl}
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
+start=$(date +%s)
 $PY -c "import routing_rl, torch; print(routing_rl.__file__, torch.__version__, torch.cuda.is_available())"
 $PY -m routing_rl.data hybrid > "$OUT/data.txt"  # decode once, before the runs start in parallel
+echo "data ready after $(( $(date +%s) - start )) s"
 
 COMMON=(--env routing_rl/VideoRouting-v0 --k-cpt 4e-9 --device cuda --download false --logdir "$OUT/runs" --overwrite
-        --seed 0 --eval-every 1000 --checkpoint-every 1000)
-$PY experiments/train_agent.py "${COMMON[@]}" --run-name critic --agent critic --policy eps-greedy --execution full \
-    --iterations 4000 --batch-size 128 --lr 0.1 --lr-half-life 1500 --epsilon 1.0 --epsilon-half-life 400 \
-    --k-ure 0.5 > "$OUT/critic.log" 2>&1 &
-$PY experiments/train_agent.py "${COMMON[@]}" --run-name actor --agent actor \
-    --iterations 4000 --batch-size 128 --lr 0.1 --lr-half-life 1500 --tau 1.0 --tau-half-life 1000 \
-    > "$OUT/actor.log" 2>&1 &
-$PY experiments/train_agent.py "${COMMON[@]}" --run-name dqn --agent dqn --iterations 300000 --eval-every 50000 \
-    --checkpoint-every 100000 --lr-half-life 1500 > "$OUT/dqn.log" 2>&1 &
+        --seed 0 --eval-every 1000 --checkpoint-every 1000 --batch-size 128 --lr 0.1 --lr-half-life 1500)
+CRITIC=(--agent critic --policy eps-greedy --execution full --iterations 3000 --epsilon 1.0 --epsilon-half-life 300 --k-ure 0.5)
+$PY experiments/train_agent.py "${COMMON[@]}" "${CRITIC[@]}" --utility-error zero_one --run-name critic-01 > "$OUT/critic-01.log" 2>&1 &
+$PY experiments/train_agent.py "${COMMON[@]}" "${CRITIC[@]}" --utility-error cross_entropy --run-name critic-ce > "$OUT/critic-ce.log" 2>&1 &
+$PY experiments/train_agent.py "${COMMON[@]}" --agent actor --iterations 3000 --tau 1.0 --tau-half-life 3000 \
+    --run-name actor > "$OUT/actor.log" 2>&1 &
+$PY experiments/train_agent.py "${COMMON[@]}" --agent dqn --iterations 200000 --eval-every 50000 --checkpoint-every 100000 \
+    --run-name dqn > "$OUT/dqn.log" 2>&1 &
 wait
-tail -n 12 "$OUT"/critic.log "$OUT"/actor.log "$OUT"/dqn.log
+echo "training done after $(( $(date +%s) - start )) s"
+tail -n 9 "$OUT"/*.log
 
-$PY experiments/video_report.py "$OUT/runs/critic" "$OUT/runs/actor" "$OUT/runs/dqn" --out "$OUT/video" --device cuda
+RUNS=("$OUT/runs/critic-01" "$OUT/runs/critic-ce" "$OUT/runs/actor" "$OUT/runs/dqn")
+$PY experiments/video_report.py "${RUNS[@]}" --out "$OUT/video" --device cuda
 cat "$OUT/video/video.md"
-ROUTING_RL_VIDEO_RUN="$OUT/runs/critic" $PY benchmarks/run.py --only video --device cuda --json "$OUT/bench_video_cuda.json"
-ROUTING_RL_VIDEO_RUN="$OUT/runs/critic" OMP_NUM_THREADS=4 $PY benchmarks/run.py --only video --device cpu --json "$OUT/bench_video_cpu.json"
-# keep what comes back small: drop the SB3 checkpoints and replay-free zips but the final model
-rm -rf "$OUT"/runs/*/checkpoints
+BEST=$($PY - "$OUT/video/video.json" <<'PYTHON'
+import json, sys
+summaries = json.load(open(sys.argv[1]))
+best = min(summaries, key=lambda s: next(r["mean_cost"] for n, r in s["policies"].items() if n.startswith("learned")))
+print(best["run"])
+PYTHON
+)
+echo "benchmarking $BEST"
+ROUTING_RL_VIDEO_RUN="$BEST" $PY benchmarks/run.py --only video --device cuda --json "$OUT/bench_video_cuda.json"
+ROUTING_RL_VIDEO_RUN="$BEST" OMP_NUM_THREADS=4 $PY benchmarks/run.py --only video --device cpu --json "$OUT/bench_video_cpu.json"
+rm -rf "$OUT"/runs/*/checkpoints  # SB3's intermediate zips; model.zip and checkpoint.pt stay
+echo "all done after $(( $(date +%s) - start )) s"
 du -sh "$OUT"
