@@ -2,8 +2,8 @@
 
 :class:`Traffic` holds ``n`` slots, each carrying one episode of a
 :class:`~routing_rl.envs.task.RoutingTask`: one input (or, for a task of sequences, one
-frame after another) from the root to a leaf. Between steps every slot stands at a junction, and the slots at the same junction
-form one group holding their node state as a single batch. A step takes one action per
+frame after another) from the root to a leaf. Between steps every slot stands at a
+junction, and the slots at the same junction form one group holding their node state as a single batch. A step takes one action per
 slot, splits each group by the sink chosen, and runs every node on the batch of slots that
 reached it, in tree order, until each slot stands at its next junction or has reached a
 leaf. The single-example env is ``n = 1``; the vector envs are ``n = N``.
@@ -122,9 +122,13 @@ class Traffic:
 
     @property
     def label(self) -> np.ndarray:
+        return self.labels_at(np.arange(self.n))
+
+    def labels_at(self, slots: np.ndarray) -> np.ndarray:
+        """The labels of the slots' current inputs (frames)."""
         if self.labels.ndim == 1:
-            return self.labels[self.example]
-        return self.labels[self.example, self.frame]
+            return self.labels[self.example[slots]]
+        return self.labels[self.example[slots], self.frame[slots]]
 
     @property
     def source(self) -> np.ndarray:
@@ -192,11 +196,11 @@ class Traffic:
     def move(self, actions: np.ndarray) -> Finished:
         """Every waiting slot takes the sink its action picks; run on to the next junction or leaf."""
         actions = check_actions(actions, self.n, self.layout.action_space.n)
-        for name, group in self.waiting.items():
-            self.layout.sinks(name, actions[group.slots])  # refuse before anything moves
+        # every action is checked at its junction before anything moves
+        choices = {name: self.layout.sinks(name, actions[group.slots]) for name, group in self.waiting.items()}
         pending = {}
         for name, group in self.waiting.items():
-            choice = self.layout.sinks(name, actions[group.slots])
+            choice = choices[name]
             self.decisions[group.slots, self.layout.junction_index[name]] = choice
             for sink_number, sink in enumerate(self.net.nodes[name].sinks):
                 chosen = np.flatnonzero(choice == sink_number)
@@ -212,7 +216,7 @@ class Traffic:
             slots = finished.slots
             self.trainer.record(
                 self.images.index_select(0, torch.from_numpy(slots).to(self.device)),
-                torch.from_numpy(self.label[slots]).to(self.device),
+                torch.from_numpy(self.labels_at(slots)).to(self.device),
                 self.decisions[slots], self.k_cpt[slots],
             )
         return finished
@@ -286,7 +290,7 @@ class Traffic:
         return Finished(*(np.concatenate(parts) for parts in zip(*finished)))
 
     def _leaf(self, name: str, slots: np.ndarray, logits: torch.Tensor):
-        labels = torch.from_numpy(self.label[slots]).to(self.device)
+        labels = torch.from_numpy(self.labels_at(slots)).to(self.device)
         c_err = self.task.error_cost(logits.float(), labels, self.error_cost)
         correct = logits.argmax(1) == labels
         leaf = np.full(len(slots), self.net.leaf_index[name], dtype=np.int64)

@@ -20,8 +20,9 @@ from routing_rl.envs.task import task_from_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import routing_rl  # noqa: F401  (registers the built-in ids)
-from routing_rl.core.graph import RoutedNet
+from routing_rl.core.graph import Node, RoutedNet
 from routing_rl.data import RoutingDataset, Split
+from routing_rl.nets.router import Router
 from routing_rl.training.evaluate import evaluate
 
 LOADS = []  # one entry per dataset a VectorTask loaded
@@ -286,3 +287,50 @@ def test_registered_keywords_never_hold_data():
         with pytest.raises(TypeError, match="deep-copy on every gym.make"):
             register_task("tests/Heavy-v0", VectorTask, data=heavy)
     assert "tests/Heavy-v0" not in gym.registry
+
+
+class ThreeNetsTask(VectorTask):
+    """The vector data through a tree (3- and 2-way junctions), an exit-or-continue chain, or
+    a plain MLP without junctions: a net for every agent."""
+
+    archs = ("tree", "chain", "flat")
+
+    def default_arch(self, agent):
+        return {"static": "flat", "threshold": "chain"}.get(agent, "tree")
+
+    def build_net(self, arch, width, k_cpt_input):
+        if arch == "tree":
+            return vector_tree(k_cpt_input)
+        hidden = 8 * width
+
+        def mlp(n_in):
+            return torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.ReLU())
+
+        if arch == "flat":
+            nodes = {"body": Node(mlp(6), ["head"]), "head": Node(torch.nn.Linear(hidden, 3))}
+        else:
+            nodes = {"first": Node(mlp(6), ["exit1", "second"], Router(hidden, 2, k_cpt_input)),
+                     "exit1": Node(torch.nn.Linear(hidden, 3)),
+                     "second": Node(mlp(hidden), ["exit2"]),
+                     "exit2": Node(torch.nn.Linear(hidden, 3))}
+        return RoutedNet(nodes, next(iter(nodes)), (6,), 3, k_cpt_input)
+
+
+register_task("tests/ThreeNets-v0", ThreeNetsTask, examples=80)
+
+
+@pytest.mark.parametrize("agent", ["static", "actor", "critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c"])
+def test_every_agent_trains_a_plug_in_task(agent, tmp_path):
+    from routing_rl.app.runs import load_run, train
+    from routing_rl.training.config import make_config
+
+    config = make_config("smoke", archs=ThreeNetsTask.archs, env="tests/ThreeNets-v0", agent=agent,
+                         arch=ThreeNetsTask().default_arch(agent), k_cpt=1e-3, device="cpu", logdir=str(tmp_path),
+                         run_name=agent, extra={"n_envs": 4} if agent in ("dqn", "ppo", "a2c") else {})
+    metrics = train(config)
+    assert metrics["classes"] == ["ant", "bee", "cat"] and metrics["sources"] == ["left", "right"]
+    leaves = metrics["test"][0]["leaves"]
+    assert sum(leaf["count"] for leaf in leaves.values()) == metrics["test"][0]["examples"] > 0
+    assert set(next(iter(leaves.values()))["by_source"]) == {"left", "right"}
+    _, task, net = load_run(tmp_path / agent)
+    assert isinstance(task, ThreeNetsTask) and net.leaves == list(leaves)
