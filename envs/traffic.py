@@ -166,21 +166,21 @@ class Traffic:
         self._run_frame(np.concatenate([going_on, done]), np.repeat([False, True], [len(going_on), len(done)]))
 
     def _frames(self, slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """The slots' current inputs and sources (on the device)."""
+        """The slots' current inputs, and the examples they come from (on the device)."""
         pick = torch.from_numpy(self.example[slots]).to(self.device)
         x = self.split.images.index_select(0, pick)
         if self.split.frames > 1:
             x = x[torch.arange(len(slots), device=self.device), torch.from_numpy(self.frame[slots]).to(self.device)]
-        return x, self.split.source.index_select(0, pick)
+        return x, pick
 
     def _run_frame(self, slots: np.ndarray, start: np.ndarray) -> None:
         """Run the slots' current frame from the root to its first junction; ``start`` ``(b,)``:
         the slots whose episode begins with this frame (their memory starts afresh)."""
         self.decisions[slots] = -1
-        x, source = self._frames(slots)
+        x, pick = self._frames(slots)
         rows = torch.from_numpy(slots).to(self.device)
         if self.training and self.trainer.options.augment:
-            x = self.task.augment(x, source, self.generator)
+            x = self.task.augment(x, self.split.source.index_select(0, pick), self.generator)
         if start.any():
             fresh = torch.from_numpy(start).to(self.device)
             memory = self.task.initial_memory(x[fresh])

@@ -2,14 +2,44 @@
 
     python experiments/sweep.py --agents actor --k-cpts 0 4e-9 1.6e-8 --static 1 2 3 4 5 6 7 8 \
         --static-lr 0.02 --preset cpu-small --logdir runs/hybrid --figures figures/hybrid
-    python experiments/sweep.py --env mytasks:mytasks/Blobs-v0 --agents actor critic --logdir runs/blobs
-
-See ``--help`` for every flag.
 """
 
+import argparse
 import sys
 
-from routing_rl.app.sweep import main
+from routing_rl.app.figures import write_figures
+from routing_rl.app.sweep import run_sweep, sweep_configs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", nargs="*", default=["actor"], help="learners to train at every k_cpt (default: actor)")
+    parser.add_argument("--k-cpts", nargs="*", default=["4e-9"], help="k_cpt values, or 'dynamic' (default: 4e-9)")
+    parser.add_argument("--static", nargs="*", type=int, default=[], help="static nets to train, by column count")
+    parser.add_argument("--static-lr", type=float, default=None, help="learning rate of the static nets (default: the preset's)")
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0], help="seeds (default: 0)")
+    parser.add_argument("--env", default=None, help="routing task id, or PKG.MODULE:TaskId-v0 (default: routing_rl/HybridRouting-v0)")
+    parser.add_argument("--arch", default=None, help="net of the routed learners (default: the task's; chain for the paper's)")
+    parser.add_argument("--preset", default="cpu-small", help="schedule preset (default: cpu-small)")
+    parser.add_argument("--dataset", default=None, help="dataset (default: hybrid)")
+    parser.add_argument("--data-dir", default=None, help="folder with your data copies")
+    parser.add_argument("--device", default="auto", help="torch device (default: auto)")
+    parser.add_argument("--logdir", default="runs", help="folder for the run directories (default: runs)")
+    parser.add_argument("--figures", default=None, help="also write the figures of all runs to this folder")
+    args = parser.parse_args()
+    try:
+        k_cpts = [k if k == "dynamic" else float(k) for k in args.k_cpts]
+        configs = sweep_configs(
+            args.agents, k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset, static_lr=args.static_lr,
+            env=args.env, dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir,
+        )
+        run_dirs = run_sweep(configs)
+        if args.figures:
+            print("\n".join(map(str, write_figures(run_dirs, args.figures))))
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    return 0
+
 
 if __name__ == "__main__":
-    sys.exit(main(prog="sweep.py"))
+    sys.exit(main())

@@ -144,12 +144,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             raise ValueError(f"--k-cpt must be a number >= 0 or 'dynamic', got {k_cpt!r}") from None
     from routing_rl.app.runs import task_for
 
-    defaults = TrainConfig()
-    where = {name: values[name] if values.get(name) is not None else getattr(defaults, name)
-             for name in ("env", "dataset", "data_dir", "download")}
-    task = task_for(TrainConfig(**where))
+    task = task_for(values)
     if values.get("arch") is None:
-        values["arch"] = task.default_arch(values.get("agent") or defaults.agent)
+        values["arch"] = task.default_arch(values.get("agent") or TrainConfig.agent)
     return make_config(preset, archs=task.archs, **values)
 
 

@@ -49,9 +49,14 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def task_for(config: TrainConfig) -> RoutingTask:
+def task_for(config: TrainConfig | dict) -> RoutingTask:
     """The routing task of ``config.env`` (a registered id, or ``"module:id"`` of one your
-    package registers), on ``config.dataset`` when given; its data is loaded on first use."""
+    package registers), on ``config.dataset`` when given; its data is loaded on first use.
+    ``config`` may also be the fields given so far (a dict; the others take their defaults)."""
+    if isinstance(config, dict):
+        defaults = TrainConfig()
+        config = TrainConfig(**{name: config[name] if config.get(name) is not None else getattr(defaults, name)
+                                for name in ("env", "dataset", "data_dir", "download")})
     dataset = {"dataset": config.dataset} if config.dataset is not None else {}
     try:
         task, _ = task_from_env(config.env, optional={"data_dir": config.data_dir, "download": config.download},
