@@ -163,13 +163,14 @@ class SB3Result:
     k_cpts: list[float]
     classes: tuple[str, ...] | None = None
     sources: tuple[str, ...] | None = None
+    task: RoutingTask | None = None  # carries the memory of episodes of frames
 
     def decide(self, k_cpt: float | None = None) -> Decide:
         return sb3_decide(self.model, self.net, k_cpt)
 
     def evaluations(self, split: Split) -> list[dict]:
         """The shared evaluator on ``split``, one result per k_cpt in :attr:`k_cpts`."""
-        return [evaluate(self.net, split, k, self.decide(k), classes=self.classes, sources=self.sources)
+        return [evaluate(self.net, split, k, self.decide(k), classes=self.classes, sources=self.sources, task=self.task)
                 for k in self.k_cpts]
 
 
@@ -252,7 +253,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
 
     k_cpts = list(K_CPT_VALUES) if config.dynamic_k_cpt else [float(config.k_cpt)]
     validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),
-                                     history_path, history)
+                                     history_path, history, task)
 
     def every(steps: int) -> int:  # SB3 callbacks count calls: one per n_envs environment steps
         return max(1, steps // n_envs)
@@ -274,4 +275,4 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
         model.save(run_dir / CHECKPOINTS / f"{config.agent}_{model.num_timesteps}_steps.zip")
         raise
     model.save(run_dir / MODEL_FILE)
-    return SB3Result(model, net, validation_callback.history, k_cpts, task.classes, task.sources)
+    return SB3Result(model, net, validation_callback.history, k_cpts, task.classes, task.sources, task)

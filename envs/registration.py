@@ -20,6 +20,8 @@ ENV_KEYWORDS = ("split", "arch", "width", "k_cpt", "error_cost", "clip_actions",
 ENTRY_POINT = "routing_rl.envs.routing_env:RoutingEnv"
 VECTOR_ENTRY_POINT = "routing_rl.envs.gym_vector_env:RoutingGymVectorEnv"
 IMAGE_TASK = "routing_rl.envs.image_task:ImageTask"
+VIDEO_TASK = "routing_rl.envs.video_task:VideoTask"
+VIDEO_ENV = "routing_rl/VideoRouting-v0"
 ENV_DATASETS = {
     "routing_rl/HybridRouting-v0": "hybrid",
     "routing_rl/CIFAR10Routing-v0": "cifar10",
@@ -78,3 +80,5 @@ def register_envs() -> None:
     for env_id, dataset in ENV_DATASETS.items():
         if env_id not in gym.registry:
             register_task(env_id, IMAGE_TASK, dataset=dataset, arch="chain", k_cpt=4e-9)
+    if VIDEO_ENV not in gym.registry:
+        register_task(VIDEO_ENV, VIDEO_TASK, arch="video", k_cpt=4e-9)

@@ -144,23 +144,26 @@ class Traffic:
         """New episodes in ``slots`` (which must not be waiting), run to their first junction."""
         if len(slots) == 0:
             return
-        examples = rng.integers(len(self.split), size=len(slots))
-        self.example[slots] = examples
+        self._begin(slots, rng)
+        self._run_frame(slots, np.ones(len(slots), dtype=bool))
+
+    def _begin(self, slots: np.ndarray, rng: np.random.Generator) -> None:
+        """Draw new episodes for ``slots``: their inputs, costs and empty counters."""
+        self.example[slots] = rng.integers(len(self.split), size=len(slots))
         self.frame[slots] = 0
         self.k_cpt[slots] = rng.choice(self.k_cpt_values, size=len(slots))
         self.macs[slots] = 0
         self.paid[slots] = 0
-        self._run_frame(slots, start=True)
 
     def refill(self, finished: Finished, rng: np.random.Generator) -> None:
         """After a step: slots whose episode ended start a new one, the others run their next frame."""
         if finished.slots.size == 0:
             return
-        going_on = finished.slots[~finished.ended]
-        if going_on.size:
-            self.frame[going_on] += 1
-            self._run_frame(going_on, start=False)
-        self.start(finished.done, rng)
+        going_on, done = finished.slots[~finished.ended], finished.done
+        self.frame[going_on] += 1
+        self._begin(done, rng)
+        # one run for both: next frames and new episodes meet at the same first junction
+        self._run_frame(np.concatenate([going_on, done]), np.repeat([False, True], [len(going_on), len(done)]))
 
     def _frames(self, slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """The slots' current inputs, and the examples they come from (on the device)."""
@@ -170,19 +173,21 @@ class Traffic:
             x = x[torch.arange(len(slots), device=self.device), torch.from_numpy(self.frame[slots]).to(self.device)]
         return x, pick
 
-    def _run_frame(self, slots: np.ndarray, start: bool) -> None:
-        """Run the slots' current frame from the root to its first junction."""
+    def _run_frame(self, slots: np.ndarray, start: np.ndarray) -> None:
+        """Run the slots' current frame from the root to its first junction; ``start`` ``(b,)``:
+        the slots whose episode begins with this frame (their memory starts afresh)."""
         self.decisions[slots] = -1
         x, pick = self._frames(slots)
         if self.training and self.trainer.options.augment:
             x = self.task.augment(x, self.split.source.index_select(0, pick), self.generator)
-        memory = self.task.initial_memory(x) if start else None
-        if memory is not None and self.memory is None:
-            self.memory = torch.zeros(self.n, *memory.shape[1:], dtype=memory.dtype, device=self.device)
-        if self.memory is not None or self.training:
-            rows = torch.from_numpy(slots).to(self.device)
-        if memory is not None:
-            self.memory[rows] = memory
+        rows = torch.from_numpy(slots).to(self.device)
+        if start.any():
+            fresh = torch.from_numpy(start).to(self.device)
+            memory = self.task.initial_memory(x[fresh])
+            if memory is not None:
+                if self.memory is None:
+                    self.memory = torch.zeros(self.n, *memory.shape[1:], dtype=memory.dtype, device=self.device)
+                self.memory[rows[fresh]] = memory
         x = self.task.net_input(x, None if self.memory is None else self.memory.index_select(0, rows))
         if self.training:
             self.images[rows] = x

@@ -13,6 +13,7 @@ import torch
 from routing_rl.data import SOURCES, Split
 from routing_rl.core.execution import Decide, argmax_decide, route
 from routing_rl.core.graph import RoutedNet
+from routing_rl.training.episodes import episode_metrics, run_episodes
 
 
 @torch.no_grad()
@@ -24,6 +25,7 @@ def evaluate(
     batch_size: int = 1000,
     classes: tuple[str, ...] | None = None,
     sources: tuple[str, ...] = SOURCES,
+    task=None,
 ) -> dict:
     """Route ``split`` through ``net`` in eval mode and summarise, JSON-ready.
 
@@ -31,7 +33,21 @@ def evaluate(
     ``examples``, and per leaf: ``fraction`` of examples classified there, their
     ``accuracy`` (None where no example arrived), ``count``, and counts ``by_class`` and
     ``by_source`` (names from ``classes`` and ``sources``, the dataset's names).
+
+    A split of sequences (``images (N, T, ...)``) is routed clip by clip with ``task``'s
+    memory (:func:`~routing_rl.training.episodes.run_episodes`; ``decide`` may then be a
+    :class:`~routing_rl.training.episodes.FramePolicy`); every frame counts as an example, and
+    the result also holds :func:`~routing_rl.training.episodes.episode_metrics`.
     """
+    if split.frames > 1:
+        if task is None:
+            raise ValueError("a split of sequences is evaluated clip by clip, carrying the task's memory; pass task=")
+        episodes = run_episodes(net, task, split, decide, k_cpt)
+        frames = split.labels.shape[1]
+        result = summarise(net, episodes.leaf.flatten(), episodes.correct.flatten(), episodes.macs.flatten(),
+                           split.labels.flatten().cpu(), split.source.repeat_interleave(frames).cpu(), k_cpt, classes,
+                           sources)
+        return {**result, **episode_metrics(episodes, k_cpt)}
     was_training = net.training
     net.eval()
     device = net.leaf_macs.device
@@ -47,7 +63,13 @@ def evaluate(
     finally:
         net.train(was_training)
     leaf, correct, macs = torch.cat(leaves).cpu(), torch.cat(correct).cpu(), torch.cat(macs).cpu()
-    labels, source = split.labels.cpu(), split.source.cpu()
+    return summarise(net, leaf, correct, macs, split.labels.cpu(), split.source.cpu(), k_cpt, classes, sources)
+
+
+def summarise(net: RoutedNet, leaf: torch.Tensor, correct: torch.Tensor, macs: torch.Tensor, labels: torch.Tensor,
+              source: torch.Tensor, k_cpt: float | None, classes: tuple[str, ...] | None,
+              sources: tuple[str, ...] = SOURCES) -> dict:
+    """:func:`evaluate`'s summary of routed examples, all ``(n,)`` on the CPU."""
     n_classes = net.classes
     class_names = list(classes) if classes is not None else [str(c) for c in range(n_classes)]
     per_leaf = {}
@@ -56,7 +78,7 @@ def evaluate(
         count = int(here.sum())
         per_leaf[name] = {
             "count": count,
-            "fraction": count / len(split),
+            "fraction": count / len(leaf),
             "accuracy": float(correct[here].double().mean()) if count else None,
             "macs": int(net.leaf_macs[i]),
             "by_class": dict(zip(class_names, torch.bincount(labels[here], minlength=n_classes).tolist())),
@@ -66,6 +88,6 @@ def evaluate(
         "accuracy": float(correct.double().mean()),
         "mean_macs": float(macs.double().mean()),
         "k_cpt": k_cpt,
-        "examples": len(split),
+        "examples": len(leaf),
         "leaves": per_leaf,
     }
