@@ -37,7 +37,8 @@ def main() -> int:
     parser.add_argument("--lr-iterations", type=int, default=400, help="iterations of each --static-lr auto trial (default: 400)")
     parser.add_argument("--select-static-lr", action="store_true", help="only choose the static nets' learning rate and print it")
     parser.add_argument("--seeds", nargs="*", type=int, default=[0], help="seeds (default: 0)")
-    parser.add_argument("--arch", default="chain", help="chain or tree for the routed learners (default: chain)")
+    parser.add_argument("--env", default=None, help="routing task id, or PKG.MODULE:TaskId-v0 (default: routing_rl/HybridRouting-v0)")
+    parser.add_argument("--arch", default=None, help="net of the routed learners (default: the task's; chain for the paper's)")
     parser.add_argument("--preset", default="cpu-small", help="schedule preset (default: cpu-small)")
     parser.add_argument("--dataset", default=None, help="dataset (default: hybrid)")
     parser.add_argument("--data-dir", default=None, help="folder with your data copies")
@@ -45,14 +46,14 @@ def main() -> int:
     parser.add_argument("--logdir", default="runs", help="folder for the run directories (default: runs)")
     parser.add_argument("--figures", default=None, help="also write the figures of all runs to this folder")
     args = parser.parse_args()
-    machine = dict(dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir)
+    machine = dict(env=args.env, dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir)
     try:
         k_cpts = [parse_k_cpt(k) for k in args.k_cpts]
         static_lr = args.static_lr
         if args.select_static_lr or static_lr == "auto":
             log = partial(print, file=sys.stderr) if args.select_static_lr else print
-            static_lr = select_static_lr(args.lr_candidates, args.lr_iterations, preset=args.preset, seed=(args.seeds or [0])[0],
-                                         log=log, **machine)
+            static_lr = select_static_lr(args.lr_candidates, args.lr_iterations, preset=args.preset,
+                                         seed=(args.seeds or [0])[0], log=log, **machine)
             if args.select_static_lr:
                 print(f"{static_lr:g}")
                 return 0

@@ -208,10 +208,14 @@ def test_joint_training_stops_on_a_non_finite_loss():
 # --- memory ------------------------------------------------------------------------------
 
 
+def chain_of(width: int):
+    return build("chain", width, 10)
+
+
 def test_memory_estimate_bounds_wide_nets_without_building_them():
-    need = estimate(make_config("smoke", agent="actor"), 10)
+    need = estimate(chain_of)
     assert need.fixed(10_000) == need.fixed(1) * 10_000**2 and need.per_example(10_000) > need.per_example(1) * 9_000
-    parameters = sum(p.numel() for p in build("chain", 2, 10).parameters())
+    parameters = sum(p.numel() for p in chain_of(2).parameters())
     assert need.fixed(2) >= 3 * 4 * parameters  # weights, gradients, momentum
 
 
@@ -220,10 +224,10 @@ def test_memory_estimate_bounds_wide_nets_without_building_them():
 def test_a_run_that_cannot_fit_is_refused_before_allocating(overrides, advice):
     config = make_config("smoke", agent="actor", **overrides)
     with pytest.raises(MemoryError, match=f"out of memory: .* needs about .* GiB to train, but cpu has .* GiB free; {advice}") as refused:
-        check_fits(config, 10, torch.device("cpu"))
+        check_fits(config, chain_of, torch.device("cpu"))
     suggested = int(str(refused.value).rsplit(" ", 1)[1])
     fitting = dataclasses.replace(config, **{next(iter(overrides)): suggested})
-    check_fits(fitting, 10, torch.device("cpu"))  # the suggestion fits
+    check_fits(fitting, chain_of, torch.device("cpu"))  # the suggestion fits
 
 
 # --- datasets ----------------------------------------------------------------------------

@@ -11,28 +11,30 @@ in the allocator (or under the kernel's OOM killer) mid-run.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from routing_rl.nets.multiscale import build
+from routing_rl.core.graph import RoutedNet
 from routing_rl.training.config import TrainConfig
 
 FLOAT_BYTES = 4
 SUGGESTION_SHARE = 0.5
 """Suggested sizes fill at most this share of the free memory: the estimate is rough, and
 the machine has other users."""
-INPUT_SHAPE = (3, 32, 32)
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """What training needs, from the net at width 1: ``parameters`` and ``outputs`` (the
-    values every layer outputs for one example)."""
+    """What training needs, from the net at width 1: ``parameters``, ``outputs`` (the
+    values every layer outputs for one example) and ``inputs`` (values of one input)."""
 
     parameters: int
     outputs: int
+    inputs: int
 
     def fixed(self, width: int) -> int:
         """Bytes of weights, gradients and momentum at ``width``."""
@@ -40,15 +42,15 @@ class MemoryEstimate:
 
     def per_example(self, width: int) -> int:
         """Bytes per example: input, augmented input, layer outputs and their gradients."""
-        return FLOAT_BYTES * (2 * torch.Size(INPUT_SHAPE).numel() + 2 * self.outputs * width)
+        return FLOAT_BYTES * (2 * self.inputs + 2 * self.outputs * width)
 
     def total(self, width: int, batch_size: int) -> int:
         return self.fixed(width) + self.per_example(width) * batch_size
 
 
-def estimate(config: TrainConfig, classes: int) -> MemoryEstimate:
-    """The :class:`MemoryEstimate` of ``config``'s net (already validated)."""
-    net = build(config.arch, 1, classes, k_cpt_input=config.dynamic_k_cpt)
+def estimate(build_net: Callable[[int], RoutedNet], dynamic_k_cpt: bool = False) -> MemoryEstimate:
+    """The :class:`MemoryEstimate` of the net ``build_net(width)`` builds, from width 1."""
+    net = build_net(1)
     outputs: list[int] = []
 
     def count(module, inputs, output) -> None:
@@ -57,10 +59,10 @@ def estimate(config: TrainConfig, classes: int) -> MemoryEstimate:
 
     hooks = [m.register_forward_hook(count) for m in net.modules() if not list(m.children())]
     with torch.no_grad():
-        net(torch.zeros(1, *INPUT_SHAPE), torch.zeros(1) if config.dynamic_k_cpt else None)
+        net(torch.zeros(1, *net.input_shape), torch.zeros(1) if dynamic_k_cpt else None)
     for hook in hooks:
         hook.remove()
-    return MemoryEstimate(sum(p.numel() for p in net.parameters()), sum(outputs))
+    return MemoryEstimate(sum(p.numel() for p in net.parameters()), sum(outputs), math.prod(net.input_shape))
 
 
 def available_bytes(device: torch.device) -> int | None:
@@ -76,14 +78,15 @@ def available_bytes(device: torch.device) -> int | None:
     return None
 
 
-def check_fits(config: TrainConfig, classes: int, device: torch.device, resident: int = 0) -> None:
-    """Raise MemoryError, saying what would fit, when the run cannot fit on ``device``;
-    ``resident``: bytes the run keeps there besides the net and the batch (its training split)."""
+def check_fits(config: TrainConfig, build_net: Callable[[int], RoutedNet], device: torch.device, resident: int = 0) -> None:
+    """Raise MemoryError, saying what would fit, when ``config``'s run of the net
+    ``build_net(width)`` cannot fit on ``device``; ``resident``: bytes the run keeps there
+    besides the net and the batch (its training split)."""
     free = available_bytes(device)
     if free is None:
         return
     free -= resident
-    need = estimate(config, classes)
+    need = estimate(build_net, config.dynamic_k_cpt)
     width, batch_size = config.width, config.batch_size
     if need.total(width, batch_size) <= free:
         return
