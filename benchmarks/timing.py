@@ -1,9 +1,11 @@
-"""Wall-clock helpers shared by the benchmarks: device syncs and medians after warm-up."""
+"""Wall-clock helpers shared by the benchmarks: device syncs, medians after warm-up, and
+interleaved timing of alternatives."""
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -26,3 +28,39 @@ def median_seconds(fn, device: torch.device, repeats: int, warmup: int = 2) -> f
         sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def interleaved_seconds(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int,
+                        warmup: int = 1) -> dict[str, list[float]]:
+    """Seconds of each ``fn()`` in each of ``repeats`` rounds.
+
+    A round calls every function once, starting one further along each round, so that load
+    from other processes falls on all of them alike and none always runs right after the
+    same neighbour (whose caches and freed memory it would inherit). Compare two functions
+    by the median over rounds of their ratio within a round.
+    """
+    names = list(fns)
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for round_number in range(repeats):
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            sync(device)
+            start = time.perf_counter()
+            fns[name]()
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def median_ratio(numerator: list[float], denominator: list[float]) -> float:
+    """Median over rounds of ``numerator[i] / denominator[i]``."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator))
+
+
+def ratio_range(numerator: list[float], denominator: list[float]) -> list[float]:
+    """``[lowest, highest]`` of the per-round ratios."""
+    ratios = [a / b for a, b in zip(numerator, denominator)]
+    return [min(ratios), max(ratios)]
