@@ -15,7 +15,9 @@ The three run in interleaved rounds (see ``timing.interleaved_seconds``); per ba
 the result holds ``mac_ratio`` (full MACs / mean dynamic MACs), ``full_to_dynamic`` and
 ``full_to_perfect`` (speedups over full evaluation) and ``dynamic_over_perfect`` (perfect
 skipping's time / dynamic execution's; target >= 0.9), each the median of per-round
-ratios, with the lowest and highest round in ``*_range``.
+ratios, with the lowest and highest round in ``*_range``. ``cpu_time`` holds the same ratios
+from the CPU time of this process, which on a crowded machine leaves out the waits for a
+core that make the wall-clock ratios noisy (``b{N}_dynamic_over_perfect_cpu_time``).
 
 ``single_example`` is the online case, one example per call: the plain ``static(8)`` net,
 ``dynamic`` on that static net (routing bookkeeping alone) and ``dynamic`` on the chain for
@@ -109,7 +111,7 @@ def batch_row(net, plain_nets, x: torch.Tensor, batch_size: int, repeats: int, m
                 plain(group)
 
     with torch.inference_mode():
-        times = interleaved_seconds({"full": full_pass, "dynamic": dynamic_pass, "perfect": perfect_pass}, device, repeats)
+        times, cpu = interleaved_seconds({"full": full_pass, "dynamic": dynamic_pass, "perfect": perfect_pass}, device, repeats)
     return {
         "examples": examples,
         "mac_ratio": net.full_macs / dynamic_macs,
@@ -120,6 +122,12 @@ def batch_row(net, plain_nets, x: torch.Tensor, batch_size: int, repeats: int, m
         "full_to_perfect": median_ratio(times["full"], times["perfect"]),
         "dynamic_over_perfect": median_ratio(times["perfect"], times["dynamic"]),
         "dynamic_over_perfect_range": ratio_range(times["perfect"], times["dynamic"]),
+        "cpu_time": {
+            "full_to_dynamic": median_ratio(cpu["full"], cpu["dynamic"]),
+            "full_to_perfect": median_ratio(cpu["full"], cpu["perfect"]),
+            "dynamic_over_perfect": median_ratio(cpu["perfect"], cpu["dynamic"]),
+            "dynamic_over_perfect_range": ratio_range(cpu["perfect"], cpu["dynamic"]),
+        },
     }
 
 
@@ -137,7 +145,7 @@ def single_example(net, plain_nets, x: torch.Tensor, repeats: int) -> dict:
         return repeated
 
     with torch.inference_mode():
-        times = interleaved_seconds({
+        times, cpu = interleaved_seconds({
             "static": calls(lambda: plain(example)),
             "dynamic_static": calls(lambda: dynamic(plain, example)),
             "dynamic_chain": calls(lambda: dynamic(net, example)),
@@ -151,6 +159,8 @@ def single_example(net, plain_nets, x: torch.Tensor, repeats: int) -> dict:
         "dynamic_chain_over_static8": median_ratio(times["dynamic_chain"], times["static"]),
         "dynamic_chain_over_static8_range": ratio_range(times["dynamic_chain"], times["static"]),
         "dynamic_on_static8_over_static8": median_ratio(times["dynamic_static"], times["static"]),
+        "cpu_time": {name: 1e3 * statistics.median(t) / SINGLE_EXAMPLE_CALLS for name, t in cpu.items()}
+        | {"dynamic_chain_over_static8": median_ratio(cpu["dynamic_chain"], cpu["static"])},
     }
 
 
@@ -198,8 +208,10 @@ def run(device: torch.device, batch_sizes=BATCH_SIZES, repeats: int = 7, min_exa
     for b, row in rows.items():  # flat keys, so that run.py prints them side by side
         for key in ("mac_ratio", "full_to_dynamic", "full_to_perfect", "dynamic_over_perfect"):
             result[f"b{b}_{key}"] = row[key]
+        result[f"b{b}_dynamic_over_perfect_cpu_time"] = row["cpu_time"]["dynamic_over_perfect"]
     for key in ("static8_ms", "dynamic_chain_to_exit8_ms", "dynamic_chain_over_static8"):
         result[f"batch1_{key}"] = result["single_example"][key]
+    result["batch1_dynamic_chain_over_static8_cpu_time"] = result["single_example"]["cpu_time"]["dynamic_chain_over_static8"]
     if "allocator_default" in result:
         result["b1024_default_allocator_dynamic_over_perfect"] = result["allocator_default"]["dynamic_over_perfect"]
         result["b1024_default_allocator_full_to_dynamic"] = result["allocator_default"]["full_to_dynamic"]

@@ -31,28 +31,33 @@ def median_seconds(fn, device: torch.device, repeats: int, warmup: int = 2) -> f
 
 
 def interleaved_seconds(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int,
-                        warmup: int = 1) -> dict[str, list[float]]:
-    """Seconds of each ``fn()`` in each of ``repeats`` rounds.
+                        warmup: int = 1) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and CPU seconds of each ``fn()`` in each of ``repeats`` rounds.
 
     A round calls every function once, starting one further along each round, so that load
     from other processes falls on all of them alike and none always runs right after the
     same neighbour (whose caches and freed memory it would inherit). Compare two functions
-    by the median over rounds of their ratio within a round.
+    by the median over rounds of their ratio within a round. The CPU time
+    (``time.process_time``) counts only the time this process ran: on a crowded CPU, with one
+    intra-op thread, it leaves out the waits for a core that make wall times noisy. (On
+    CUDA it misses the device's work; use the wall times there.)
     """
     names = list(fns)
     for _ in range(warmup):
         for fn in fns.values():
             fn()
-    times: dict[str, list[float]] = {name: [] for name in names}
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     for round_number in range(repeats):
         shift = round_number % len(names)
         for name in names[shift:] + names[:shift]:
             sync(device)
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fns[name]()
             sync(device)
-            times[name].append(time.perf_counter() - start)
-    return times
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    return wall, cpu
 
 
 def median_ratio(numerator: list[float], denominator: list[float]) -> float:

@@ -119,6 +119,32 @@ def test_router_reads_k_cpt_in_units_of_ten_million_macs():
     torch.testing.assert_close(seen[1][:, -1], torch.tensor([0.0, 1.0, 0.64]))
 
 
+def test_router_in_eval_mode_computes_what_its_layers_compute():
+    """Without gradients an eval-mode router folds batch norm into its linear layers; the
+    folding follows every change of the weights and statistics."""
+    torch.manual_seed(0)
+    router = Router(4, 3, k_cpt_input=True).train()
+    torch.nn.init.normal_(router.layers[-1].weight)
+    for _ in range(3):  # running statistics away from their initial values
+        router(torch.randn(8, 4) * 3 + 1, torch.rand(8) * 1e-7)
+    router.eval()
+    descriptor, k_cpt = torch.randn(5, 4), torch.rand(5) * 1e-7
+
+    def layers():
+        return router.layers(torch.cat([descriptor, (k_cpt * 1e7).unsqueeze(1)], 1).to(router.layers[0].weight))
+
+    with torch.no_grad():
+        torch.testing.assert_close(router(descriptor, k_cpt), layers())
+        router.layers[1].running_mean.add_(0.5)
+        router.layers[0].weight.mul_(2)
+        torch.testing.assert_close(router(descriptor, k_cpt), layers())
+        router.double()
+    with torch.inference_mode():
+        torch.testing.assert_close(router(descriptor.double(), k_cpt.double()), layers())
+    scores = router(descriptor.double(), k_cpt.double())
+    assert scores.requires_grad, "with gradients on, the router runs its layers"
+
+
 def test_router_ignores_k_cpt_unless_built_to_read_it():
     router = Router(4, 2).eval()
     descriptor = torch.rand(3, 4)

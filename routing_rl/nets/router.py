@@ -72,4 +72,48 @@ class Router(nn.Module):
             k_cpt = torch.as_tensor(k_cpt, dtype=descriptor.dtype, device=descriptor.device)
             column = (k_cpt * K_CPT_SCALE).expand(descriptor.shape[0]).unsqueeze(1)
             descriptor = torch.cat([descriptor, column], dim=1)
-        return self.layers(descriptor)
+        if self.training or torch.is_grad_enabled() or any(layer._forward_hooks or layer._forward_pre_hooks for layer in self.layers):
+            return self.layers(descriptor)
+        return self._inference(descriptor)
+
+    def _inference(self, x: torch.Tensor) -> torch.Tensor:
+        """``self.layers`` in eval mode without gradients, with each batch norm folded into
+        the linear layer before it: five tensor operations instead of seven module calls.
+        Routers run at every junction an example passes, and at small batches these calls,
+        not the arithmetic, are their cost (batch norm's alone more than the rest). Layers
+        with hooks (MAC counting, inspection) run as modules instead, so the hooks fire."""
+        first_t, first_bias, second_t, second_bias = self._folded()
+        x = torch.addmm(first_bias, x, first_t).relu_()
+        x = torch.addmm(second_bias, x, second_t).relu_()
+        last = self.layers[-1]
+        return F.linear(x, last.weight, last.bias)
+
+    def _folded(self) -> tuple[torch.Tensor, ...]:
+        """Transposed weights and biases of the two hidden layers with batch norm folded in,
+        recomputed whenever a tensor they derive from was replaced or changed in place
+        (optimiser steps, ``load_state_dict``, ``.to()``; not writes through ``.data``,
+        which bypass PyTorch's version counters)."""
+        sources = self._fold_sources()
+        cached = getattr(self, "_fold_cache", None)
+        if cached is not None and cached[0] == [(t.data_ptr(), t._version) for t in sources]:
+            return cached[1]
+        first, norm1, _, second, norm2, _, _ = self.layers
+        with torch.no_grad():
+            folded = []
+            for linear, norm in ((first, norm1), (second, norm2)):
+                scale = norm.weight / torch.sqrt(norm.running_var + norm.eps)
+                folded.append((linear.weight * scale.unsqueeze(1)).t().contiguous())
+                folded.append((linear.bias - norm.running_mean) * scale + norm.bias)
+        # the cache keeps the source tensors alive, so no new tensor can take their addresses
+        self._fold_cache = ([(t.data_ptr(), t._version) for t in sources], tuple(folded), sources)
+        return self._fold_cache[1]
+
+    def _fold_sources(self) -> list[torch.Tensor]:
+        layers = self.layers._modules
+        sources = []
+        for linear, norm in (("0", "1"), ("3", "4")):
+            parameters, statistics = layers[linear]._parameters, layers[norm]._parameters
+            buffers = layers[norm]._buffers
+            sources += (parameters["weight"], parameters["bias"], statistics["weight"], statistics["bias"],
+                        buffers["running_mean"], buffers["running_var"])
+        return sources
