@@ -87,14 +87,21 @@ class Column(nn.Module):
         return inputs if self.image_input else inputs[len(inputs) - len(self.convs):]
 
     def forward(self, inputs) -> list[torch.Tensor]:
-        pyramid = image_pyramid(inputs, self.levels_in) if self.image_input else inputs
+        on_cpu = (inputs if self.image_input else inputs[0]).device.type == "cpu"
+        # oneDNN's convolutions and max pooling run several times faster on channels-last
+        # maps; pooling keeps the layout, and so does the column (a gather does not)
+        layout = torch.channels_last if on_cpu else torch.contiguous_format
+        if self.image_input:
+            pyramid = image_pyramid(inputs.contiguous(memory_format=layout), self.levels_in)
+        else:
+            pyramid = [scale.contiguous(memory_format=layout) for scale in inputs]
         pyramid = pyramid[len(pyramid) - len(self.convs):]
         outputs: list[torch.Tensor] = []
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             z = conv(pyramid[i])
             if i > 0:
                 z = z + self.links[i - 1](F.max_pool2d(outputs[-1], 2))
-            outputs.append(F.relu(norm(z)))
+            outputs.append(F.relu(norm(z), inplace=True))
         return outputs
 
 
