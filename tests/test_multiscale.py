@@ -145,6 +145,34 @@ def test_router_in_eval_mode_computes_what_its_layers_compute():
     assert scores.requires_grad, "with gradients on, the router runs its layers"
 
 
+def test_column_in_eval_mode_computes_what_its_layers_compute():
+    """Without gradients an eval-mode column folds batch norm into its convolutions; the
+    folding follows every change of the weights and statistics, and hooks see the layers."""
+    torch.manual_seed(0)
+    column = Column([16, 16, 16], [32, 32]).train()
+    pyramid = [torch.randn(4, 16, 8, 8), torch.randn(4, 16, 4, 4), torch.randn(4, 16, 2, 2)]
+    for _ in range(3):  # running statistics away from their initial values
+        column([p * 2 + 1 for p in pyramid])
+    column.eval()
+
+    def check():
+        expected = column(pyramid)  # gradients on: the modules run
+        with torch.no_grad():
+            for folded, plain in zip(column(pyramid), expected):
+                torch.testing.assert_close(folded, plain.detach())
+
+    check()
+    with torch.no_grad():
+        column.norms[1].running_var.mul_(3)
+        column.links[0].weight.add_(0.1)
+    check()
+    seen = []
+    column.convs[0].register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    with torch.no_grad():
+        column(pyramid)
+    assert seen == [(4, 32, 4, 4)]
+
+
 def test_router_ignores_k_cpt_unless_built_to_read_it():
     router = Router(4, 2).eval()
     descriptor = torch.rand(3, 4)

@@ -142,7 +142,8 @@ def _assemble(net: RoutedNet, arrivals, batch: int, visits, scores, decisions) -
     if len(arrivals) == 1:
         number, index, logits = arrivals[0]
         leaf = torch.full((batch,), number, dtype=torch.int64, device=index.device)
-        return RoutedOutput(logits, leaf, net.leaf_macs[number].repeat(batch), visits, scores, decisions)
+        macs = torch.full((batch,), net.leaf_path_macs[number], dtype=torch.int64, device=index.device)
+        return RoutedOutput(logits, leaf, macs, visits, scores, decisions)
     numbers = [number for number, _, _ in arrivals]
     sizes = [index.numel() for _, index, _ in arrivals]
     index = torch.cat([index for _, index, _ in arrivals])
@@ -154,7 +155,11 @@ def _assemble(net: RoutedNet, arrivals, batch: int, visits, scores, decisions) -
 
 
 def dynamic(net: RoutedNet, x: torch.Tensor, k_cpt=None) -> RoutedOutput:
-    """Inference: argmax routing, computing only the nodes each example is routed through."""
+    """Inference: argmax routing, computing only the nodes each example is routed through.
+
+    Runs in ``torch.inference_mode``: the outputs are inference tensors (``.clone()`` one
+    outside that mode to modify it in place).
+    """
     with torch.inference_mode():
         return route(net, x, argmax_decide, k_cpt)
 

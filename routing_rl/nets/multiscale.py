@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from routing_rl.core.graph import Node, RoutedNet
+from routing_rl.nets.folding import FoldCache, norm_affine, norm_tensors, use_folded
 from routing_rl.nets.router import BN_EPS, BN_MOMENTUM, Router
 
 INPUT_SHAPE = (3, 32, 32)
@@ -81,6 +82,8 @@ class Column(nn.Module):
             nn.init.xavier_uniform_(conv.weight)
             if conv.bias is not None:
                 nn.init.zeros_(conv.bias)
+        self._layers = [*self.convs, *self.links, *self.norms]  # watched for hooks by use_folded
+        self._folded = FoldCache()
 
     def reads(self, inputs):
         """The scales of the parent's pyramid this column uses (all of an image input)."""
@@ -96,6 +99,8 @@ class Column(nn.Module):
         else:
             pyramid = [scale.contiguous(memory_format=layout) for scale in inputs]
         pyramid = pyramid[len(pyramid) - len(self.convs):]
+        if use_folded(self, self._layers):
+            return self._folded_forward(pyramid)
         outputs: list[torch.Tensor] = []
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             z = conv(pyramid[i])
@@ -103,6 +108,32 @@ class Column(nn.Module):
                 z = z + self.links[i - 1](F.max_pool2d(outputs[-1], 2))
             outputs.append(F.relu(norm(z), inplace=True))
         return outputs
+
+    def _folded_forward(self, pyramid: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The same column with each batch norm folded into the convolutions before it."""
+        convs, links = self._folded.get(self._fold_sources(), self._fold)
+        outputs: list[torch.Tensor] = []
+        for i, (weight, bias) in enumerate(convs):
+            z = F.conv2d(pyramid[i], weight, bias, padding=1)
+            if i > 0:
+                z += F.conv2d(F.max_pool2d(outputs[-1], 2), links[i - 1], padding=1)
+            outputs.append(z.relu_())
+        return outputs
+
+    def _fold_sources(self) -> list[torch.Tensor]:
+        sources = []
+        for conv, norm in zip(self.convs, self.norms):
+            sources += [conv._parameters["weight"], conv._parameters["bias"], *norm_tensors(norm)]
+        return sources + [link._parameters["weight"] for link in self.links]
+
+    def _fold(self) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[torch.Tensor]]:
+        convs, links = [], []
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
+            scale, shift = norm_affine(norm)
+            convs.append((conv.weight * scale.view(-1, 1, 1, 1), conv.bias * scale + shift))
+            if i > 0:
+                links.append(self.links[i - 1].weight * scale.view(-1, 1, 1, 1))
+        return convs, links
 
 
 class Head(nn.Module):

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from routing_rl.nets.folding import FoldCache, norm_affine, norm_tensors, use_folded
+
 K_CPT_SCALE = 1e7
 """Routers read k_cpt in units of cost per ten million MACs (paper, Section 4.6)."""
 
@@ -59,6 +61,7 @@ class Router(nn.Module):
                 nn.init.xavier_uniform_(layer.weight)
                 nn.init.zeros_(layer.bias)
         nn.init.zeros_(self.layers[-1].weight)
+        self._folded = FoldCache()
 
     @property
     def n_sinks(self) -> int:
@@ -72,48 +75,28 @@ class Router(nn.Module):
             k_cpt = torch.as_tensor(k_cpt, dtype=descriptor.dtype, device=descriptor.device)
             column = (k_cpt * K_CPT_SCALE).expand(descriptor.shape[0]).unsqueeze(1)
             descriptor = torch.cat([descriptor, column], dim=1)
-        if self.training or torch.is_grad_enabled() or any(layer._forward_hooks or layer._forward_pre_hooks for layer in self.layers):
+        if not use_folded(self, self.layers):
             return self.layers(descriptor)
-        return self._inference(descriptor)
-
-    def _inference(self, x: torch.Tensor) -> torch.Tensor:
-        """``self.layers`` in eval mode without gradients, with each batch norm folded into
-        the linear layer before it: five tensor operations instead of seven module calls.
-        Routers run at every junction an example passes, and at small batches these calls,
-        not the arithmetic, are their cost (batch norm's alone more than the rest). Layers
-        with hooks (MAC counting, inspection) run as modules instead, so the hooks fire."""
-        first_t, first_bias, second_t, second_bias = self._folded()
-        x = torch.addmm(first_bias, x, first_t).relu_()
+        first_t, first_bias, second_t, second_bias = self._folded.get(self._fold_sources(), self._fold)
+        x = torch.addmm(first_bias, descriptor, first_t).relu_()
         x = torch.addmm(second_bias, x, second_t).relu_()
         last = self.layers[-1]
         return F.linear(x, last.weight, last.bias)
-
-    def _folded(self) -> tuple[torch.Tensor, ...]:
-        """Transposed weights and biases of the two hidden layers with batch norm folded in,
-        recomputed whenever a tensor they derive from was replaced or changed in place
-        (optimiser steps, ``load_state_dict``, ``.to()``; not writes through ``.data``,
-        which bypass PyTorch's version counters)."""
-        sources = self._fold_sources()
-        cached = getattr(self, "_fold_cache", None)
-        if cached is not None and cached[0] == [(t.data_ptr(), t._version) for t in sources]:
-            return cached[1]
-        first, norm1, _, second, norm2, _, _ = self.layers
-        with torch.no_grad():
-            folded = []
-            for linear, norm in ((first, norm1), (second, norm2)):
-                scale = norm.weight / torch.sqrt(norm.running_var + norm.eps)
-                folded.append((linear.weight * scale.unsqueeze(1)).t().contiguous())
-                folded.append((linear.bias - norm.running_mean) * scale + norm.bias)
-        # the cache keeps the source tensors alive, so no new tensor can take their addresses
-        self._fold_cache = ([(t.data_ptr(), t._version) for t in sources], tuple(folded), sources)
-        return self._fold_cache[1]
 
     def _fold_sources(self) -> list[torch.Tensor]:
         layers = self.layers._modules
         sources = []
         for linear, norm in (("0", "1"), ("3", "4")):
-            parameters, statistics = layers[linear]._parameters, layers[norm]._parameters
-            buffers = layers[norm]._buffers
-            sources += (parameters["weight"], parameters["bias"], statistics["weight"], statistics["bias"],
-                        buffers["running_mean"], buffers["running_var"])
+            sources += [layers[linear]._parameters["weight"], layers[linear]._parameters["bias"], *norm_tensors(layers[norm])]
         return sources
+
+    def _fold(self) -> tuple[torch.Tensor, ...]:
+        """Transposed weights and biases of the two hidden layers with batch norm folded in.
+        Routers run at every junction an example passes, and at small batches the calls,
+        not the arithmetic, are their cost (batch norm's most of all)."""
+        first, norm1, _, second, norm2, _, _ = self.layers
+        folded = []
+        for linear, norm in ((first, norm1), (second, norm2)):
+            scale, shift = norm_affine(norm)
+            folded += [(linear.weight * scale.unsqueeze(1)).t().contiguous(), linear.bias * scale + shift]
+        return tuple(folded)
