@@ -36,8 +36,12 @@ def flatten_descriptor(state: torch.Tensor) -> torch.Tensor:
 
 
 def take(state: State, index: torch.Tensor) -> State:
-    """Select examples ``index`` (a 1-D long tensor) from every tensor in ``state``."""
+    """Select examples ``index`` (a 1-D long tensor) from every tensor in ``state``; a
+    channels-last tensor stays channels-last."""
     if isinstance(state, torch.Tensor):
+        if state.dim() == 4 and not state.is_contiguous() and state.is_contiguous(memory_format=torch.channels_last):
+            # gather along the outermost dimension of the memory order, which keeps the layout
+            return state.permute(0, 2, 3, 1).index_select(0, index).permute(0, 3, 1, 2)
         return state.index_select(0, index)
     if isinstance(state, (list, tuple)):
         return type(state)(take(s, index) for s in state)
