@@ -77,26 +77,25 @@ class Router(nn.Module):
             descriptor = torch.cat([descriptor, column], dim=1)
         if not use_folded(self, self.layers):
             return self.layers(descriptor)
-        first_t, first_bias, second_t, second_bias = self._folded.get(self._fold_sources(), self._fold)
+        first_t, first_bias, second_t, second_bias, last_t, last_bias = self._folded.get(self._fold_sources(), self._fold)
         x = torch.addmm(first_bias, descriptor, first_t).relu_()
         x = torch.addmm(second_bias, x, second_t).relu_()
-        last = self.layers[-1]
-        return F.linear(x, last.weight, last.bias)
+        return torch.addmm(last_bias, x, last_t)
 
     def _fold_sources(self) -> list[torch.Tensor]:
         layers = self.layers._modules
         sources = []
         for linear, norm in (("0", "1"), ("3", "4")):
             sources += [layers[linear]._parameters["weight"], layers[linear]._parameters["bias"], *norm_tensors(layers[norm])]
-        return sources
+        return sources + [layers["6"]._parameters["weight"], layers["6"]._parameters["bias"]]
 
     def _fold(self) -> tuple[torch.Tensor, ...]:
-        """Transposed weights and biases of the two hidden layers with batch norm folded in.
-        Routers run at every junction an example passes, and at small batches the calls,
-        not the arithmetic, are their cost (batch norm's most of all)."""
-        first, norm1, _, second, norm2, _, _ = self.layers
+        """Transposed weights and biases of the three linear layers, with batch norm folded
+        into the first two. Routers run at every junction an example passes, and at small
+        batches the calls, not the arithmetic, are their cost (batch norm's most of all)."""
+        first, norm1, _, second, norm2, _, last = self.layers
         folded = []
         for linear, norm in ((first, norm1), (second, norm2)):
             scale, shift = norm_affine(norm)
             folded += [(linear.weight * scale.unsqueeze(1)).t().contiguous(), linear.bias * scale + shift]
-        return tuple(folded)
+        return (*folded, last.weight.t().contiguous(), last.bias.clone())
