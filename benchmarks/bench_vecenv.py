@@ -76,17 +76,18 @@ def _seconds(fn, device: torch.device, calls: int) -> float:
 
 
 @torch.inference_mode()
-def mac_mix_bound(net, x: torch.Tensor, device: torch.device, repeats: int = 3) -> float:
+def mac_mix_bound(net, x: torch.Tensor, device: torch.device, repeats: int = 5) -> float:
     """MACs/s of the chain's nodes at full batch, mixed as random 2-way routing reaches
     them, over the full forward's MACs/s (see the module docstring)."""
     seconds, macs, reach = {}, {}, {}
+    clock = time.process_time if device.type == "cpu" else time.perf_counter  # CPU time: steadier on a shared CPU
     state = x
     for k, name in enumerate(n for n in net.order if n.startswith("col")):
         node, head = net.nodes[name], net.nodes[head_name(name)]
         parent_state = state
-        column = median_seconds(lambda: node(parent_state), device, repeats, warmup=1)
+        column = median_seconds(lambda: node(parent_state), device, repeats, warmup=1, clock=clock)
         state = node(parent_state).state
-        seconds[name] = column + median_seconds(lambda: head(state), device, repeats, warmup=1)
+        seconds[name] = column + median_seconds(lambda: head(state), device, repeats, warmup=1, clock=clock)
         macs[name] = net.macs[name] + net.router_macs[name] + net.macs[head_name(name)]
         reach[name] = 0.5**k
     mixed = sum(reach[n] * macs[n] for n in macs) / sum(reach[n] * seconds[n] for n in macs)

@@ -16,17 +16,18 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_seconds(fn, device: torch.device, repeats: int, warmup: int = 2) -> float:
-    """Median wall time of ``fn()`` over ``repeats`` calls, after ``warmup`` unmeasured ones."""
+def median_seconds(fn, device: torch.device, repeats: int, warmup: int = 2, clock=time.perf_counter) -> float:
+    """Median time of ``fn()`` over ``repeats`` calls, after ``warmup`` unmeasured ones; wall
+    time unless another ``clock`` is given (see :func:`interleaved_seconds` on CPU time)."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
         sync(device)
-        start = time.perf_counter()
+        start = clock()
         fn()
         sync(device)
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times)
 
 

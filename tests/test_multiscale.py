@@ -1,8 +1,9 @@
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from routing_rl.nets.multiscale import COLUMN_CHANNELS, Column, build, chain, image_pyramid, static, tree
+from routing_rl.nets.multiscale import COLUMN_CHANNELS, Column, build, chain, image_pyramid, max_pool_halve, static, tree
 from routing_rl.nets.router import Router
 
 
@@ -143,6 +144,13 @@ def test_router_in_eval_mode_computes_what_its_layers_compute():
         torch.testing.assert_close(router(descriptor.double(), k_cpt.double()), layers())
     scores = router(descriptor.double(), k_cpt.double())
     assert scores.requires_grad, "with gradients on, the router runs its layers"
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 8, 8), (1, 4, 8, 8), (2, 3, 5, 6)])
+def test_max_pool_halve_is_max_pooling(shape):
+    x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+    x[0, 0, :2, :2] = 1.0  # ties
+    assert torch.equal(max_pool_halve(x), F.max_pool2d(x, 2))
 
 
 def test_column_in_eval_mode_computes_what_its_layers_compute():
