@@ -27,8 +27,9 @@ def norm_tensors(norm: nn.modules.batchnorm._BatchNorm) -> list[torch.Tensor]:
 
 
 def use_folded(module: nn.Module, layers: Sequence[nn.Module]) -> bool:
-    """Whether ``module`` may run on folded weights: eval mode, no gradients, no hooks on ``layers``."""
-    if module.training or torch.is_grad_enabled():
+    """Whether ``module`` may run on folded weights: eval mode, no gradients, no hooks on
+    ``layers``, and not inside ``torch.compile`` (which traces the plain layers instead)."""
+    if module.training or torch.is_grad_enabled() or torch.compiler.is_compiling():
         return False
     return not any(layer._forward_hooks or layer._forward_pre_hooks for layer in layers)
 
