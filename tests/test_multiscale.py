@@ -174,6 +174,10 @@ def test_column_in_eval_mode_computes_what_its_layers_compute():
         column.norms[1].running_var.mul_(3)
         column.links[0].weight.add_(0.1)
     check()
+    other = Column([16, 16, 16], [32, 32]).train()
+    other([p * 3 for p in pyramid])
+    column.load_state_dict(other.state_dict(), assign=True)
+    check()
     seen = []
     column.convs[0].register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
     with torch.no_grad():

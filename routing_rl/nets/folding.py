@@ -4,13 +4,12 @@ In eval mode batch norm is a fixed per-channel affine map, ``x × scale + shift`
 convolution or linear layer before it can absorb it: one pass over the activations instead
 of two, and at small batches one tensor operation instead of two (each costing more in
 dispatch than in arithmetic). Nets use folded weights only in eval mode without gradients,
-when no hook watches their layers; the weights are refolded whenever one of the tensors
-they derive from changed.
+when no hook watches their layers (see :class:`Foldable`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -34,21 +33,41 @@ def use_folded(module: nn.Module, layers: Sequence[nn.Module]) -> bool:
     return not any(layer._forward_hooks or layer._forward_pre_hooks for layer in layers)
 
 
-class FoldCache:
-    """Holds folded tensors, recomputed whenever a source tensor was replaced or changed in
-    place (optimiser steps, ``load_state_dict``, ``.to()``; not writes through ``.data``,
-    which bypass PyTorch's version counters)."""
+class Foldable(nn.Module):
+    """A module that runs on folded weights for inference, kept in a cache.
+
+    Subclasses define ``_fold_sources()`` (the tensors the folded ones derive from) and
+    ``_fold()`` (the folded tensors), and call ``self._folded()`` when :func:`use_folded`
+    allows. The cache is refolded after ``.to()`` and ``load_state_dict`` (which may replace
+    tensors) and after any change in place (optimiser steps, ``copy_`` under ``no_grad``),
+    which raises the sum of the sources' version counters; not after writes through
+    ``.data`` or the assignment of new tensors to a layer, which those counters do not see.
+    """
 
     def __init__(self):
-        self.key: list[tuple[int, int]] | None = None
-        self.value = None
-        self.sources: list[torch.Tensor] = []
+        super().__init__()
+        self._fold_cache: tuple[list[torch.Tensor], int, object] | None = None
 
-    def get(self, sources: list[torch.Tensor], fold: Callable[[], object]):
-        key = [(t.data_ptr(), t._version) for t in sources]
-        if key != self.key:
-            with torch.no_grad():
-                self.value = fold()
-            # keeping the sources alive keeps their addresses from being reused by new tensors
-            self.key, self.sources = key, sources
-        return self.value
+    def _fold_sources(self) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def _fold(self):
+        raise NotImplementedError
+
+    def _folded(self):
+        cache = self._fold_cache
+        if cache is not None and sum(t._version for t in cache[0]) == cache[1]:
+            return cache[2]
+        sources = self._fold_sources()
+        with torch.no_grad():
+            folded = self._fold()
+        self._fold_cache = (sources, sum(t._version for t in sources), folded)
+        return folded
+
+    def _apply(self, fn, *args, **kwargs):
+        self._fold_cache = None
+        return super()._apply(fn, *args, **kwargs)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._fold_cache = None
+        super()._load_from_state_dict(*args, **kwargs)

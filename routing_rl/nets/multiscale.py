@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from routing_rl.core.graph import Node, RoutedNet
-from routing_rl.nets.folding import FoldCache, norm_affine, norm_tensors, use_folded
+from routing_rl.nets.folding import Foldable, norm_affine, norm_tensors, use_folded
 from routing_rl.nets.router import BN_EPS, BN_MOMENTUM, Router
 
 INPUT_SHAPE = (3, 32, 32)
@@ -65,7 +65,7 @@ def coarsest(state: Sequence[torch.Tensor]) -> torch.Tensor:
     return state[-1].flatten(1)
 
 
-class Column(nn.Module):
+class Column(Foldable):
     """One column: ``out[i] = ReLU(BN(conv(in[i]) + conv(maxpool(out[i-1]))))``.
 
     Args:
@@ -93,7 +93,6 @@ class Column(nn.Module):
             if conv.bias is not None:
                 nn.init.zeros_(conv.bias)
         self._layers = [*self.convs, *self.links, *self.norms]  # watched for hooks by use_folded
-        self._folded = FoldCache()
 
     def reads(self, inputs):
         """The scales of the parent's pyramid this column uses (all of an image input)."""
@@ -121,7 +120,7 @@ class Column(nn.Module):
 
     def _folded_forward(self, pyramid: list[torch.Tensor]) -> list[torch.Tensor]:
         """The same column with each batch norm folded into the convolutions before it."""
-        convs, links = self._folded.get(self._fold_sources(), self._fold)
+        convs, links = self._folded()
         outputs: list[torch.Tensor] = []
         for i, (weight, bias) in enumerate(convs):
             z = F.conv2d(pyramid[i], weight, bias, padding=1)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from routing_rl.nets.folding import FoldCache, norm_affine, norm_tensors, use_folded
+from routing_rl.nets.folding import Foldable, norm_affine, norm_tensors, use_folded
 
 K_CPT_SCALE = 1e7
 """Routers read k_cpt in units of cost per ten million MACs (paper, Section 4.6)."""
@@ -28,7 +28,7 @@ class RouterBatchNorm(nn.BatchNorm1d):
         return super().forward(x)
 
 
-class Router(nn.Module):
+class Router(Foldable):
     """Scores the sinks of one junction.
 
     descriptor ``(B, in_features)`` [+ k_cpt × 1e7] → linear 16 → BN → ReLU → linear 16 →
@@ -61,7 +61,6 @@ class Router(nn.Module):
                 nn.init.xavier_uniform_(layer.weight)
                 nn.init.zeros_(layer.bias)
         nn.init.zeros_(self.layers[-1].weight)
-        self._folded = FoldCache()
 
     @property
     def n_sinks(self) -> int:
@@ -77,7 +76,7 @@ class Router(nn.Module):
             descriptor = torch.cat([descriptor, column], dim=1)
         if not use_folded(self, self.layers):
             return self.layers(descriptor)
-        first_t, first_bias, second_t, second_bias, last_t, last_bias = self._folded.get(self._fold_sources(), self._fold)
+        first_t, first_bias, second_t, second_bias, last_t, last_bias = self._folded()
         x = torch.addmm(first_bias, descriptor, first_t).relu_()
         x = torch.addmm(second_bias, x, second_t).relu_()
         return torch.addmm(last_bias, x, last_t)
