@@ -25,7 +25,7 @@ import time
 import numpy as np
 import torch
 from routing_rl.envs.routing_env import RoutingEnv
-from routing_rl.envs.sb3_vec_env import RoutingVecEnv
+from routing_rl.envs.sb3_vec_env import RoutingSB3VecEnv
 from timing import median_seconds, sync
 
 from routing_rl.data import RoutingDataset, Split
@@ -122,7 +122,7 @@ def _run(device: torch.device, num_envs: int, rounds: int, steps: int, single_st
         with torch.no_grad():
             net(x)
 
-    vec_env = RoutingVecEnv(num_envs, dataset=dataset, net=net, train=False, seed=0)
+    vec_env = RoutingSB3VecEnv(num_envs, dataset=dataset, net=net, train=False, seed=0)
     vec_env.reset()
     env = RoutingEnv(dataset=dataset, net=net, train=False)
     env.reset(seed=0)

@@ -33,3 +33,17 @@ def test_perfect_skipping_nets_compute_the_chain_exits():
         with torch.no_grad():
             logits = plain_nets[leaf_index](x[here]).logits[net.leaves[leaf_index]]
         torch.testing.assert_close(logits, routed.logits[here])
+
+
+def test_video_benchmark_times_every_policy_on_the_same_clips(monkeypatch):
+    import bench_video
+    from test_video import tiny_images
+
+    from routing_rl.envs.video_task import VideoTask
+
+    monkeypatch.delenv(bench_video.RUN_ENV, raising=False)
+    task = VideoTask(frames=4, train_clips=2, test_clips=3, images=tiny_images())
+    result = bench_video.run(torch.device("cpu"), task=task, clips=3, repeats=1)
+    assert result["frames"] == 12 and result["learned_policy"] == "oracle"
+    assert result["mac_ratio_vs_deep"] > 1
+    assert result["frames_per_second_always_deep"] > 0 and result["speedup_vs_deep"] > 0
