@@ -157,10 +157,10 @@ def _assemble(net: RoutedNet, arrivals, batch: int, visits, scores, decisions) -
 def dynamic(net: RoutedNet, x: torch.Tensor, k_cpt=None) -> RoutedOutput:
     """Inference: argmax routing, computing only the nodes each example is routed through.
 
-    Runs in ``torch.inference_mode``: the outputs are inference tensors (``.clone()`` one
-    outside that mode to modify it in place).
+    Runs without gradients (``no_grad``, not ``inference_mode``, so that callers may feed
+    the outputs into training); wrap a call in ``torch.inference_mode()`` for a few percent more.
     """
-    with torch.inference_mode():
+    with torch.no_grad():
         return route(net, x, argmax_decide, k_cpt)
 
 
