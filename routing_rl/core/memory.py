@@ -5,9 +5,9 @@ program runs, at most 32 MiB) with a fresh ``mmap`` and returns it to the kernel
 The kernel then zero-fills each page of the next such block on first touch. One scale of a
 column's pyramid at batch 1024 is 64 MiB (16 channels × 32 × 32 × 4 bytes × 1024), so a
 large-batch forward pass on the CPU pays a page fault per 4 KiB of every activation it
-writes: at batch 1024 this doubled the time of dynamic execution and tripled that of full
-evaluation (``benchmarks/bench_execution.py`` measures it, ``allocator_default``). Raising
-both thresholds makes freed blocks stay in the process, ready for the next pass, as the CUDA
+writes: at batch 1024 this made dynamic execution and full evaluation 1.6–2.2× slower
+(``benchmarks/bench_execution.py`` measures it, ``allocator_default``). Raising both
+thresholds makes freed blocks stay in the process, ready for the next pass, as the CUDA
 caching allocator does on the GPU.
 """
 
