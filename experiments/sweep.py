@@ -14,6 +14,7 @@ from functools import partial
 from routing_rl.app.cli import parse_k_cpt
 from routing_rl.app.figures import write_figures
 from routing_rl.app.sweep import LR_CANDIDATES, run_sweep, select_static_lr, sweep_configs
+from routing_rl.core.memory import retain_freed_memory
 
 
 def static_lr_flag(text: str) -> float | str:
@@ -46,6 +47,7 @@ def main() -> int:
     parser.add_argument("--logdir", default="runs", help="folder for the run directories (default: runs)")
     parser.add_argument("--figures", default=None, help="also write the figures of all runs to this folder")
     args = parser.parse_args()
+    retain_freed_memory()
     machine = dict(env=args.env, dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir)
     try:
         k_cpts = [parse_k_cpt(k) for k in args.k_cpts]

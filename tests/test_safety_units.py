@@ -23,7 +23,7 @@ from routing_rl.nets.multiscale import build
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from routing_rl.training.config import TrainConfig, make_config
 from routing_rl.training.guard import NonFiniteLossError
-from routing_rl.training.memory import check_fits, estimate
+from routing_rl.training.footprint import check_fits, estimate
 
 
 class Planted:

@@ -29,7 +29,7 @@ import torch
 from routing_rl.core.files import atomic_write_text, remove_stale_temporaries
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
-from routing_rl.training.memory import check_fits
+from routing_rl.training.footprint import check_fits
 from routing_rl.training.guard import NonFiniteLossError
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.task import RoutingTask, task_from_env

@@ -1,4 +1,4 @@
-"""Will a run fit in memory? An estimate made before anything is allocated.
+"""Will a run fit in memory? Its footprint, estimated before anything is allocated.
 
 The net is built at width 1 and run on one example; every layer's channel count grows
 linearly with ``--width``, so parameters grow at most with its square and one example's
