@@ -14,10 +14,10 @@ from abc import ABC, abstractmethod
 import torch
 
 from routing_rl.training.config import TrainConfig
-from routing_rl.core.costs import K_CPT_VALUES
 from routing_rl.data import Split
 from routing_rl.core.execution import Decide, argmax_decide
 from routing_rl.core.graph import RoutedNet
+from routing_rl.core.k_cpt import CostModel, KCpt
 
 
 class Learner(ABC):
@@ -27,12 +27,15 @@ class Learner(ABC):
         net: the net to train, already on ``device``.
         config: the run's configuration (hyperparameters, schedules, k_cpt).
         device: where batches will arrive.
+        cost: what each node's computation costs (c_cpt = k_cpt × cost); None: its MACs.
     """
 
-    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device):
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None):
         self.net = net
         self.config = config
         self.device = device
+        self.k_cpt = KCpt(config.k_cpt)
+        self.cost = cost if cost is not None else CostModel.macs(net)
 
     @abstractmethod
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
@@ -50,7 +53,7 @@ class Learner(ABC):
 
     def eval_k_cpts(self) -> list[float]:
         """The k_cpt values to evaluate at: every paper value for a dynamic-k_cpt net."""
-        return list(K_CPT_VALUES) if self.config.dynamic_k_cpt else [float(self.config.k_cpt)]
+        return list(self.k_cpt.values)
 
     def evaluation_points(self, validation: Split) -> list[tuple[dict, float, Decide]]:
         """The settings a trained learner is judged at on the test split:

@@ -11,6 +11,7 @@ from routing_rl.agents.static import StaticLearner
 from routing_rl.agents.threshold import ThresholdLearner
 from routing_rl.training.config import TrainConfig
 from routing_rl.core.graph import RoutedNet
+from routing_rl.core.k_cpt import CostModel
 from routing_rl.nets.multiscale import build
 
 
@@ -22,17 +23,17 @@ def build_net(config: TrainConfig, classes: int) -> RoutedNet:
         return build(config.arch, config.width, classes, k_cpt_input=config.dynamic_k_cpt)
 
 
-def make_learner(config: TrainConfig, classes: int, device: torch.device) -> Learner:
+def make_learner(config: TrainConfig, classes: int, device: torch.device, cost: CostModel | None = None) -> Learner:
     """A ready-to-train learner for ``config.agent`` (static, actor, critic,
-    optimistic-critic, threshold) on a fresh net on ``device``."""
+    optimistic-critic, threshold) on a fresh net on ``device``, charging ``cost`` (None: MACs)."""
     learners = {
         "static": StaticLearner,
         "actor": ActorLearner,
         "critic": CriticLearner,
-        "optimistic-critic": lambda net, config, device: CriticLearner(net, config, device, optimistic=True),
+        "optimistic-critic": lambda net, config, device, cost: CriticLearner(net, config, device, cost, optimistic=True),
         "threshold": ThresholdLearner,
     }
     if config.agent not in learners:
         raise ValueError(f"agent {config.agent!r} is not a gradient learner; choose one of {', '.join(learners)}")
     net = build_net(config, classes).to(device)
-    return learners[config.agent](net, config, device)
+    return learners[config.agent](net, config, device, cost)

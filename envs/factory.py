@@ -13,6 +13,8 @@ arch, width: the net to build (:func:`routing_rl.nets.multiscale.build`: ``chain
     where the env computes; a built net goes to ``device``.
 k_cpt: cost per MAC, or ``"dynamic"`` (one of ``K_CPT_VALUES`` per episode, observed).
 error_cost: ``cross_entropy`` (default) or ``zero_one``: the c_err in the leaf's reward.
+cost: a :class:`~routing_rl.core.k_cpt.CostModel` of the net (e.g. measured latency) that the
+    reward charges ``k_cpt ×``; default the nodes' MACs.
 train: joint training of the feature network on the agent's paths (see
     :mod:`~routing_rl.envs.joint`); off: frozen net, no augmentation, deterministic.
 joint: the joint training options (:class:`~routing_rl.envs.joint.JointTraining`).
@@ -27,7 +29,8 @@ from routing_rl.envs.joint import FeatureTrainer, JointTraining
 from routing_rl.envs.observation import ObservationLayout
 from routing_rl.envs.traffic import Traffic
 
-from routing_rl.core.costs import ERROR_COSTS, check_k_cpt
+from routing_rl.core.costs import ERROR_COSTS
+from routing_rl.core.k_cpt import CostModel, check_k_cpt
 from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
@@ -46,11 +49,11 @@ def make_traffic(
     net: RoutedNet | None = None,
     device: str | torch.device = "cpu",
     data_dir: str | Path | None = None,
+    cost: CostModel | None = None,
 ) -> Traffic:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"the number of examples in flight must be a positive integer, got {n!r}")
-    if k_cpt != "dynamic":
-        k_cpt = check_k_cpt(k_cpt)
+    k_cpt = check_k_cpt(k_cpt)
     if error_cost not in ERROR_COSTS:
         raise ValueError(f"unknown error cost {error_cost!r}; choose one of {', '.join(ERROR_COSTS)}")
     if isinstance(dataset, str):
@@ -67,4 +70,4 @@ def make_traffic(
         raise ValueError(f"the net predicts {net.classes} classes, the dataset has {len(dataset.classes)}")
     layout = ObservationLayout(net, dynamic_k_cpt=k_cpt == "dynamic")
     trainer = FeatureTrainer(net, joint or JointTraining())
-    return Traffic(net, split, n, layout, k_cpt, error_cost, trainer, training=bool(train))
+    return Traffic(net, split, n, layout, k_cpt, error_cost, trainer, training=bool(train), cost=cost)

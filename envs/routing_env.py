@@ -2,8 +2,8 @@
 
 At each junction the agent observes the router's input — the node's descriptor, the
 junction's identity and, with a dynamic k_cpt, the cost (:mod:`~routing_rl.envs.observation`)
-— and picks a sink. Reward per step ``-k_cpt × MACs`` computed in that step (routers
-included), plus ``-c_err`` at the leaf, where the episode terminates; an episode's return is
+— and picks a sink. Reward per step ``-k_cpt × cost`` (MACs, or a measured-latency cost
+model's) computed in that step (routers included), plus ``-c_err`` at the leaf, where the episode terminates; an episode's return is
 the paper's ``-c_inf`` (:mod:`~routing_rl.envs.traffic`). Episodes never truncate.
 
 ``info``: ``macs`` so far, ``label``, ``source`` (``mnist``/``cifar``) and ``k_cpt`` at every

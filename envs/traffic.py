@@ -11,12 +11,13 @@ Execution is always in eval mode and without gradients: an example's observation
 on the example and the weights, never on which other examples share its group. Training
 (:mod:`~routing_rl.envs.joint`) happens apart, on replays of finished paths.
 
-Costs: a slot is charged ``k_cpt × MACs`` for every node it runs through (transform and
-router, as :attr:`RoutedNet.leaf_macs` counts them; the agent stands in for the router but
-the paper's cost includes it), in the reward of the step that computed it. The nodes from
+Costs: a slot is charged ``k_cpt × cost`` for every node it runs through (transform and
+router, the cost in MACs as :attr:`RoutedNet.leaf_macs` counts them, or measured
+MAC-equivalents, :class:`~routing_rl.core.k_cpt.CostModel`; the agent stands in for the router
+but the paper's cost includes it), in the reward of the step that computed it. The nodes from
 the root to the first junction run at reset, which has no reward, so they are charged in
 the episode's first step. At the leaf the reward also carries ``-c_err``. An episode's
-rewards therefore sum to ``-(k_cpt × path MACs + c_err)``, the paper's ``-c_inf``.
+rewards therefore sum to ``-(k_cpt × path cost + c_err)``, the paper's ``-c_inf``.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ import torch
 from routing_rl.envs.joint import FeatureTrainer
 from routing_rl.envs.observation import ObservationLayout
 
-from routing_rl.core.costs import K_CPT_VALUES, error_cost
-from routing_rl.data import SOURCES, Split, augment
+from routing_rl.core.costs import error_cost
 from routing_rl.core.graph import RoutedNet, State, take
-from routing_rl.nets.router import K_CPT_SCALE
+from routing_rl.core.k_cpt import CostModel, KCpt, c_cpt, router_input
+from routing_rl.data import SOURCES, Split, augment
 
 
 @dataclass
@@ -71,10 +72,11 @@ class Traffic:
         error_cost: ``cross_entropy`` or ``zero_one`` (the reward's c_err).
         trainer: trains the net on finished paths while :attr:`training` is on.
         training: joint training (and augmentation, if the trainer's options ask) on or off.
+        cost: what each node's computation costs; None: its MACs.
     """
 
     def __init__(self, net: RoutedNet, split: Split, n: int, layout: ObservationLayout, k_cpt,
-                 error_cost: str, trainer: FeatureTrainer, training: bool):
+                 error_cost: str, trainer: FeatureTrainer, training: bool, cost: CostModel | None = None):
         self.net = net
         self.device = net.leaf_macs.device
         self.split = split.to(self.device)
@@ -82,15 +84,17 @@ class Traffic:
         self.sources = split.source.cpu().numpy()
         self.n = n
         self.layout = layout
-        self.k_cpt_values = np.array(K_CPT_VALUES if k_cpt == "dynamic" else (float(k_cpt),))
+        self.k_cpt_model = KCpt(k_cpt)
         self.error_cost = error_cost
         self.trainer = trainer
         self.training = training
         self.node_macs = {name: net.macs[name] + net.router_macs[name] for name in net.order}
+        self.node_cost = (cost or CostModel.macs(net)).node
         self.example = np.zeros(n, dtype=np.int64)
         self.k_cpt = np.zeros(n)
         self.macs = np.zeros(n, dtype=np.int64)  # MACs so far in each slot's episode
-        self.paid = np.zeros(n, dtype=np.int64)  # of which already charged in rewards
+        self.spent = np.zeros(n)  # cost so far in each slot's episode
+        self.paid = np.zeros(n)  # of which already charged in rewards
         self.decisions = np.full((n, len(layout.junctions)), -1, dtype=np.int64)
         self.images = torch.zeros(n, *net.input_shape, dtype=split.images.dtype, device=self.device)  # for replays
         self.waiting: dict[str, Group] = {}
@@ -116,8 +120,9 @@ class Traffic:
             return
         examples = rng.integers(len(self.split), size=len(slots))
         self.example[slots] = examples
-        self.k_cpt[slots] = rng.choice(self.k_cpt_values, size=len(slots))
+        self.k_cpt[slots] = self.k_cpt_model.sample_numpy(len(slots), rng)
         self.macs[slots] = 0
+        self.spent[slots] = 0
         self.paid[slots] = 0
         self.decisions[slots] = -1
         pick = torch.from_numpy(examples).to(self.device)
@@ -157,9 +162,9 @@ class Traffic:
         return finished
 
     def charge(self, finished: Finished) -> np.ndarray:
-        """``(n,)`` rewards for the MACs computed since the last charge, and ``-c_err`` at leaves."""
-        reward = -self.k_cpt * (self.macs - self.paid)
-        self.paid[:] = self.macs
+        """``(n,)`` rewards for the computation since the last charge, and ``-c_err`` at leaves."""
+        reward = -c_cpt(self.k_cpt, self.spent - self.paid)
+        self.paid[:] = self.spent
         reward[finished.slots] -= finished.c_err
         return reward
 
@@ -170,7 +175,7 @@ class Traffic:
             self.layout.write(out, torch.from_numpy(group.slots).to(self.device), name, group.descriptor)
         out = out.cpu().numpy()
         if self.layout.dynamic_k_cpt:
-            out[:, -1] = self.k_cpt * K_CPT_SCALE
+            out[:, -1] = router_input(self.k_cpt)
         return out
 
     def infos(self, finished: Finished) -> list[dict]:
@@ -201,6 +206,7 @@ class Traffic:
             node = self.net.nodes[name]
             state = node.transform(inputs)
             self.macs[slots] += self.node_macs[name]
+            self.spent[slots] += self.node_cost[name]
             if node.is_leaf:
                 finished.append(self._leaf(name, slots, state))
             elif node.is_junction:

@@ -27,9 +27,8 @@ def main() -> int:
     parser.add_argument("--figures", default=None, help="also write the figures of all runs to this folder")
     args = parser.parse_args()
     try:
-        k_cpts = [k if k == "dynamic" else float(k) for k in args.k_cpts]
         configs = sweep_configs(
-            args.agents, k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset, static_lr=args.static_lr,
+            args.agents, args.k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset, static_lr=args.static_lr,
             dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir,
         )
         run_dirs = run_sweep(configs)

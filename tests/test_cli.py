@@ -78,7 +78,7 @@ def test_every_agent_trains_end_to_end(agent, tiny_data, cache, tmp_path, capsys
     assert any(run_dir.glob("checkpoint*")), "a checkpoint is written at the end"
     assert "charts/val_accuracy" in tags(run_dir) or agent in ("dqn", "ppo", "a2c")
     if agent == "threshold":
-        budgets = [entry["mac_budget"] for entry in metrics["test"]]
+        budgets = [entry["budget"] for entry in metrics["test"]]
         assert len(budgets) == 3 and budgets == sorted(budgets)
         assert all(entry["label"].startswith("budget") for entry in metrics["test"])
 
@@ -161,7 +161,7 @@ def test_existing_run_is_never_overwritten_silently(tiny_data, cache, tmp_path, 
         (["--agent", "actor", "--policy", "eps-greedy"], "agent 'actor' can only use softmax"),
         (["--agent", "static", "--policy", "softmax"], "has no training routing policy"),
         (["--k-cpt=-1e-9"], "k_cpt must be a finite number >= 0"),
-        (["--k-cpt", "lots"], "--k-cpt must be a number >= 0 or 'dynamic'"),
+        (["--k-cpt", "lots"], "k_cpt must be a number >= 0 (cost per MAC, e.g. 4e-9) or 'dynamic'"),
         (["--iterations", "0"], "expected a positive integer, got '0'"),
         (["--iterations", "many"], "expected a positive integer, got 'many'"),
         (["--batch-size", "-5"], "expected a positive integer, got '-5'"),

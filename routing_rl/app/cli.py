@@ -136,12 +136,6 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in HIDDEN}
     preset = values.pop("preset") or DEFAULT_PRESET
-    k_cpt = values.get("k_cpt")
-    if k_cpt is not None and k_cpt != "dynamic":
-        try:
-            values["k_cpt"] = float(k_cpt)
-        except ValueError:
-            raise ValueError(f"--k-cpt must be a number >= 0 or 'dynamic', got {k_cpt!r}") from None
     return make_config(preset, **values)
 
 

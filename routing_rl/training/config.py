@@ -22,7 +22,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing_rl.core.costs import ERROR_COSTS, check_k_cpt
+from routing_rl.core.costs import ERROR_COSTS
+from routing_rl.core.k_cpt import DYNAMIC, check_k_cpt
 from routing_rl.nets.multiscale import arch_names
 
 AGENTS = ("static", "actor", "critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
@@ -105,7 +106,7 @@ class TrainConfig:
 
     @property
     def dynamic_k_cpt(self) -> bool:
-        return self.k_cpt == "dynamic"
+        return self.k_cpt == DYNAMIC
 
     @property
     def resolved_policy(self) -> str | None:
@@ -146,8 +147,7 @@ class TrainConfig:
             raise ValueError(f"threshold early exit puts a head on every column of a chain, got --arch {self.arch}; use --arch chain")
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        if self.k_cpt != "dynamic":
-            self.k_cpt = check_k_cpt(self.k_cpt)
+        self.k_cpt = check_k_cpt(self.k_cpt)
         if self.dynamic_k_cpt and self.agent in ("static", "threshold"):
             raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
         for name in ("error_cost", "utility_error"):

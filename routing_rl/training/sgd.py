@@ -6,8 +6,8 @@
   stop-gradient mean over the batch of the probability that the training policy activates
   the node (1 where every example passes). So a rarely used layer is regularised as
   rarely as it is used, which is the paper's ``E[k_L2 Σ_{w ∈ W(d̂)} w²]``.
-* Per-example k_cpt: the configured one, or for a dynamic-k_cpt net one drawn per training
-  example from :data:`~routing_rl.core.costs.K_CPT_VALUES` (Section 4.6).
+* Per-example k_cpt (:class:`~routing_rl.core.k_cpt.KCpt`): the configured one, or for a
+  dynamic-k_cpt net one drawn per training example (Section 4.6).
 * TALR (:mod:`routing_rl.core.talr`) between ``backward()`` and the optimiser step.
 * ``state_dict``: the net, the optimiser (momentum) and the learner's random generator.
 """
@@ -18,8 +18,9 @@ import torch
 
 from routing_rl.agents.base import Learner
 from routing_rl.training.config import TrainConfig
-from routing_rl.core.costs import K_CPT_VALUES, error_cost
+from routing_rl.core.costs import error_cost
 from routing_rl.core.graph import FullOutput, Node, RoutedNet
+from routing_rl.core.k_cpt import CostModel
 from routing_rl.core.policies import TrainingPolicy, halving
 from routing_rl.core.talr import NodeGradients, talr_scales
 
@@ -28,13 +29,14 @@ class SGDLearner(Learner):
     """Base of the static, actor, critic and threshold learners.
 
     Args:
-        net, config, device: as :class:`~routing_rl.agents.base.Learner`.
+        net, config, device, cost: as :class:`~routing_rl.agents.base.Learner`.
         regularise_routers: whether router weights belong to c_mod (not for learners that
             never use the routers).
     """
 
-    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, regularise_routers: bool = True):
-        super().__init__(net, config, device)
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None,
+                 regularise_routers: bool = True):
+        super().__init__(net, config, device, cost)
         self.optimizer = torch.optim.SGD(net.parameters(), lr=config.lr, momentum=config.momentum)
         # seed + 2: the trainer's batch sampler and augmentation use seed and seed + 1
         self.generator = torch.Generator(device=device).manual_seed(config.seed + 2)
@@ -42,17 +44,14 @@ class SGDLearner(Learner):
         self.weights = [node_weights(net.nodes[name], regularise_routers) for name in net.order]
         self.dtype = next(net.parameters()).dtype
         self.leaf_macs = net.leaf_macs.to(self.dtype)
-        self.k_cpt_values = torch.tensor(K_CPT_VALUES, dtype=self.dtype, device=device)
+        self.leaf_cost = self.cost.leaf_cost(self.leaf_macs)
 
     def lr(self, iteration: float) -> float:
         return halving(self.config.lr, iteration, self.config.lr_half_life)
 
     def sample_k_cpt(self, batch_size: int) -> torch.Tensor:
-        """``(B,)`` cost per MAC of each training example."""
-        if self.config.dynamic_k_cpt:
-            pick = torch.randint(len(K_CPT_VALUES), (batch_size,), generator=self.generator, device=self.device)
-            return self.k_cpt_values[pick]
-        return torch.full((batch_size,), float(self.config.k_cpt), dtype=self.dtype, device=self.device)
+        """``(B,)`` k_cpt of each training example."""
+        return self.k_cpt.sample(batch_size, self.generator, self.dtype, self.device)
 
     def c_mod(self, usage: torch.Tensor | None = None) -> torch.Tensor:
         """``k_L2 · Σ_k usage[k] · Σ w²`` over nodes in ``net.order``; ``usage`` ``(N,)``
