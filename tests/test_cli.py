@@ -119,6 +119,15 @@ def test_dynamic_k_cpt_run_reports_every_k_cpt(tiny_data, cache, tmp_path, capsy
     assert [entry["k_cpt"] for entry in metrics["test"]] == [0.0, 1e-9, 2e-9, 4e-9, 8e-9, 1.6e-8, 3.2e-8, 6.4e-8]
 
 
+def test_a_latency_cost_run_records_its_profile(tiny_data, cache, tmp_path, capsys):
+    assert main(smoke_args(tiny_data, tmp_path, "actor", "--cost", "latency", "--latency-batch", "4")) == 0
+    run_dir = tmp_path / "actor"
+    saved = json.loads((run_dir / "cost.json").read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["cost"] == saved and saved["unit"] == "MAC-equivalents"
+    assert saved["profile"]["batch_size"] == 4 and set(saved["node_cost"]) == {node["name"] for node in metrics["structure"]["nodes"]}
+
+
 def test_an_interrupted_run_resumes(tiny_data, cache, tmp_path, capsys, monkeypatch):
     from routing_rl.agents.actor import ActorLearner
 

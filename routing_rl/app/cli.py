@@ -32,6 +32,8 @@ HELP = {
     "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent",
     "width": "channel multiplier of every column",
     "k_cpt": "cost per MAC, e.g. 4e-9, or 'dynamic' (sampled per example, routers read it)",
+    "cost": "what k_cpt is charged per: macs, or latency (each node timed on this device, in MAC-equivalents)",
+    "latency_batch": "batch size the latency cost is profiled at (default: --batch-size)",
     "preset": "schedule preset: " + ", ".join(PRESETS),
     "iterations": "training iterations (environment steps for dqn, ppo, a2c)",
     "batch_size": "examples per training iteration",
@@ -117,7 +119,7 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
             converter = _bool
         elif field.name == "seed":
             converter = _non_negative_int
-        elif kind is int or field.name in ("eval_examples", "train_examples"):
+        elif kind is int or field.name in ("eval_examples", "train_examples", "latency_batch"):
             converter = _positive_int
         elif kind is float or field.name == "tau":
             converter = _number

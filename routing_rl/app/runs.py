@@ -3,6 +3,7 @@
 A run directory holds::
 
     config.json       the TrainConfig, written before training starts
+    cost.json         with --cost latency: the measured profile and each node's cost
     checkpoint.pt     written atomically every checkpoint_every iterations, at the end, on Ctrl-C
     events.out.tfevents.*   TensorBoard
     metrics.json      the final evaluation on the test split (written last: its presence
@@ -28,6 +29,7 @@ from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
 from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.app.describe import summary
 from routing_rl.training.evaluate import evaluate
+from routing_rl.training.cost import run_cost_model
 from routing_rl.training.monitor import Monitor
 
 CONFIG_FILE = "config.json"
@@ -153,15 +155,19 @@ def train(
         dataset, train_part, validation, test = prepare_data(config)
     except ValueError as error:  # unknown dataset names and the like: the user's to fix
         raise RunError(str(error)) from None
+    from routing_rl.agents.registry import build_net
+
+    cost = run_cost_model(config, build_net(config, len(dataset.classes)).to(device), run_dir)
     if config.agent in SB3_AGENTS:
         from routing_rl.agents.sb3 import train_sb3
 
         started = time.perf_counter()
-        result = train_sb3(config, dataset, run_dir, device, resume=resume is not None)
+        result = train_sb3(config, dataset, run_dir, device, resume=resume is not None, cost=cost)
         net, evaluations = result.net, result.evaluations(test)
         history, wall = result.history, time.perf_counter() - started
     else:
-        net, evaluations, history, wall = _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume)
+        net, evaluations, history, wall = _train_learner(config, dataset, train_part, validation, test, run_dir, device,
+                                                         resume, cost)
     metrics = {
         "run": str(run_dir),
         "agent": config.agent,
@@ -171,6 +177,7 @@ def train(
         "test_mean_macs": evaluations[0]["mean_macs"],
         "test": evaluations,
         "train_seconds": wall,
+        "cost": cost.to_json(),
         "dataset": dataset.description,
         "structure": summary(net),
         "history": history,
@@ -180,12 +187,12 @@ def train(
     return metrics
 
 
-def _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume):
+def _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume, cost):
     from routing_rl.agents.registry import make_learner
     from routing_rl.app.plots import node_link_figure
     from routing_rl.app.trainer import fit
 
-    learner = make_learner(config, len(dataset.classes), device)
+    learner = make_learner(config, len(dataset.classes), device, cost)
     checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device) if resume else None
     start = checkpoint["training_state"]["iteration"] if checkpoint else 0
     monitor = Monitor(run_dir, total=config.iterations, initial=start, description=f"{config.agent} {config.arch}")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from routing_rl.core.costs import ERROR_COSTS
-from routing_rl.core.k_cpt import DYNAMIC, check_k_cpt
+from routing_rl.core.k_cpt import COSTS, DYNAMIC, check_k_cpt
 from routing_rl.nets.multiscale import arch_names
 
 AGENTS = ("static", "actor", "critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
@@ -73,6 +73,8 @@ class TrainConfig:
     arch: str | None = None  # None: static-8 for the static agent, chain for the others
     width: int = 1
     k_cpt: float | str = 4e-9  # a cost per MAC, or "dynamic" (sampled from K_CPT_VALUES)
+    cost: str = "macs"  # what c_cpt charges: "macs", or "latency" (measured, in MAC-equivalents)
+    latency_batch: int | None = None  # batch size the latency is profiled at; None: batch_size
     preset: str = DEFAULT_PRESET
     iterations: int = 4_000
     batch_size: int = 128
@@ -148,6 +150,11 @@ class TrainConfig:
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
         self.k_cpt = check_k_cpt(self.k_cpt)
+        if self.cost not in COSTS:
+            raise ValueError(f"unknown cost {self.cost!r}; choose one of {', '.join(COSTS)}")
+        if self.latency_batch is not None and (isinstance(self.latency_batch, bool) or not isinstance(self.latency_batch, int)
+                                               or self.latency_batch < 1):
+            raise ValueError(f"latency_batch must be a positive integer, got {self.latency_batch!r}")
         if self.dynamic_k_cpt and self.agent in ("static", "threshold"):
             raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
         for name in ("error_cost", "utility_error"):
