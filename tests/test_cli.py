@@ -125,7 +125,31 @@ def test_a_latency_cost_run_records_its_profile(tiny_data, cache, tmp_path, caps
     saved = json.loads((run_dir / "cost.json").read_text())
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["cost"] == saved and saved["unit"] == "MAC-equivalents"
-    assert saved["profile"]["batch_size"] == 4 and set(saved["node_cost"]) == {node["name"] for node in metrics["structure"]["nodes"]}
+    assert saved["profile"]["batch_size"] == 4
+    assert set(saved["node_cost"]) == {node["name"] for node in metrics["structure"]["nodes"]}
+
+
+def test_latency_report_compares_mac_and_latency_cost_runs(tiny_data, cache, tmp_path, capsys):
+    from routing_rl.app.latency import profile_main, report_main
+
+    profile = tmp_path / "profile.json"
+    assert profile_main(["--arch", "chain", "--batch-size", "2", "--repeats", "1", "--out", str(profile)]) == 0
+    assert main(smoke_args(tiny_data, tmp_path, "actor", "--run-name", "macs")) == 0
+    assert main(smoke_args(tiny_data, tmp_path, "actor", "--run-name", "latency", "--cost", "latency",
+                           "--latency-profile", str(profile))) == 0
+    recorded = json.loads((tmp_path / "latency" / "cost.json").read_text())["profile"]
+    assert recorded == json.loads(profile.read_text())["profile"], "the run charges the given profile"
+    out = tmp_path / "report"
+    runs_ = [str(tmp_path / "macs"), str(tmp_path / "latency")]
+    assert report_main([*runs_, "--batch-sizes", "1", "4", "--examples", "6", "--repeats", "1", "--out", str(out)]) == 0
+    rows = (out / "latency.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 and "seconds_per_image" in rows[0]
+    assert (out / "accuracy_time_b1.png").stat().st_size > 0 and (out / "accuracy_time_b4.png").is_file()
+    assert "| latency | 4e-09 | 4 |" in (out / "latency.md").read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        main(smoke_args(tiny_data, tmp_path, "actor", "--run-name", "bad", "--cost", "latency",
+                        "--latency-profile", str(tmp_path / "missing.json")))
+    assert exit_info.value.code == 2 and "cannot read the latency profile" in capsys.readouterr().err
 
 
 def test_an_interrupted_run_resumes(tiny_data, cache, tmp_path, capsys, monkeypatch):

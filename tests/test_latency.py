@@ -162,3 +162,15 @@ def test_a_run_records_its_profile_and_a_resumed_run_reuses_it(tmp_path):
     assert run_cost_model(make_config("smoke", agent="actor"), net, tmp_path).unit == "MACs"
     with pytest.raises(ValueError, match="unknown cost 'joules'"):
         make_config("smoke", cost="joules")
+
+
+def test_latency_points_are_matched_with_mac_points_of_equal_accuracy():
+    from routing_rl.app.latency import matches
+
+    def point(cost, k, accuracy, us, batch=64):
+        return {"cost": cost, "k_cpt": k, "accuracy": accuracy, "seconds_per_image": us * 1e-6, "batch_size": batch}
+
+    points = [point("macs", 0.0, 0.950, 100), point("macs", 4e-9, 0.947, 80), point("macs", 1.6e-8, 0.930, 50),
+              point("latency", 4e-9, 0.949, 60), point("latency", 6.4e-8, 0.900, 30), point("macs", 4e-9, 0.949, 10, batch=1)]
+    (found,) = matches(points)
+    assert found["macs"]["k_cpt"] == 4e-9 and found["time_ratio"] == pytest.approx(60 / 80)

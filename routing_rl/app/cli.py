@@ -34,6 +34,7 @@ HELP = {
     "k_cpt": "cost per MAC, e.g. 4e-9, or 'dynamic' (sampled per example, routers read it)",
     "cost": "what k_cpt is charged per: macs, or latency (each node timed on this device, in MAC-equivalents)",
     "latency_batch": "batch size the latency cost is profiled at (default: --batch-size)",
+    "latency_profile": "latency profile JSON measured on the inference device (experiments/profile_latency.py); default: profile on --device",
     "preset": "schedule preset: " + ", ".join(PRESETS),
     "iterations": "training iterations (environment steps for dqn, ppo, a2c)",
     "batch_size": "examples per training iteration",

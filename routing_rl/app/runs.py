@@ -134,7 +134,10 @@ def train(
         raise RunError(str(error)) from None
     from routing_rl.agents.registry import build_net
 
-    cost = run_cost_model(config, build_net(config, len(dataset.classes)).to(device), run_dir)
+    try:
+        cost = run_cost_model(config, build_net(config, len(dataset.classes)).to(device), run_dir)
+    except ValueError as error:  # a latency profile of another net, or unreadable
+        raise RunError(str(error)) from None
     if config.agent in SB3_AGENTS:
         from routing_rl.agents.sb3 import train_sb3
 

@@ -75,6 +75,7 @@ class TrainConfig:
     k_cpt: float | str = 4e-9  # a cost per MAC, or "dynamic" (sampled from K_CPT_VALUES)
     cost: str = "macs"  # what c_cpt charges: "macs", or "latency" (measured, in MAC-equivalents)
     latency_batch: int | None = None  # batch size the latency is profiled at; None: batch_size
+    latency_profile: str | None = None  # a profile JSON measured on the inference device; None: profile here
     preset: str = DEFAULT_PRESET
     iterations: int = 4_000
     batch_size: int = 128
@@ -155,6 +156,8 @@ class TrainConfig:
         if self.latency_batch is not None and (isinstance(self.latency_batch, bool) or not isinstance(self.latency_batch, int)
                                                or self.latency_batch < 1):
             raise ValueError(f"latency_batch must be a positive integer, got {self.latency_batch!r}")
+        if self.cost != "latency" and (self.latency_batch is not None or self.latency_profile is not None):
+            raise ValueError("--latency-batch and --latency-profile belong to the latency cost; add --cost latency")
         if self.dynamic_k_cpt and self.agent in ("static", "threshold"):
             raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
         for name in ("error_cost", "utility_error"):
