@@ -9,6 +9,7 @@ from routing_rl.agents.base import Learner
 from routing_rl.agents.critic import CriticLearner
 from routing_rl.agents.static import StaticLearner
 from routing_rl.agents.threshold import ThresholdLearner
+from routing_rl.training.acceleration import accelerate
 from routing_rl.training.config import TrainConfig
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel
@@ -36,4 +37,5 @@ def make_learner(config: TrainConfig, classes: int, device: torch.device, cost: 
     if config.agent not in learners:
         raise ValueError(f"agent {config.agent!r} is not a gradient learner; choose one of {', '.join(learners)}")
     net = build_net(config, classes).to(device)
+    accelerate(net, config.channels_last, config.compile)
     return learners[config.agent](net, config, device, cost)

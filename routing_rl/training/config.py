@@ -32,7 +32,7 @@ EXECUTIONS = ("full", "sampled")
 PRESETS = ("smoke", "quick", "cpu-small", "paper")
 DEFAULT_PRESET = "quick"
 SB3_AGENTS = ("dqn", "ppo", "a2c")
-RESUME_OVERRIDES = ("device", "data_dir", "download")
+RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
 
 AGENT_POLICIES = {
@@ -90,6 +90,8 @@ class TrainConfig:
     k_ure: float = 0.001
     k_l2: float = 1e-4
     talr: bool = True
+    channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
+    compile: bool = False  # torch.compile of the full evaluation
     execution: str | None = None  # None: full tree for the actor and softmax critics, sampled for ε-greedy/greedy
     error_cost: str = "cross_entropy"
     utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
@@ -158,6 +160,8 @@ class TrainConfig:
             raise ValueError(f"latency_batch must be a positive integer, got {self.latency_batch!r}")
         if self.cost != "latency" and (self.latency_batch is not None or self.latency_profile is not None):
             raise ValueError("--latency-batch and --latency-profile belong to the latency cost; add --cost latency")
+        if self.compile and self.agent in SB3_AGENTS:
+            raise ValueError(f"--compile speeds up the gradient learners' steps; {self.agent} trains through SB3, drop --compile")
         if self.dynamic_k_cpt and self.agent in ("static", "threshold"):
             raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
         for name in ("error_cost", "utility_error"):
