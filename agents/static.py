@@ -14,8 +14,7 @@ from routing_rl.training.sgd import check_error_cost, scalars
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet
-from routing_rl.core.k_cpt import CostModel
-from routing_rl.core.k_cpt import c_cpt as c_cpt_of
+from routing_rl.core.k_cpt import CostModel, c_cpt as c_cpt_of
 
 
 class StaticLearner(SGDLearner):
