@@ -138,7 +138,7 @@ def write_latency_report(points: list[dict], out_dir: Path) -> list[Path]:
     written[1].write_text(markdown(points, matches(points)))
     for batch_size in sorted({p["batch_size"] for p in points}):
         figure = accuracy_time_figure([p for p in points if p["batch_size"] == batch_size],
-                                      f"dynamic execution at batch {batch_size}, {points[0]['threads']} threads")
+                                      f"dynamic execution at batch {batch_size} (torch threads: {points[0]['threads']})")
         path = out_dir / f"accuracy_time_b{batch_size}.png"
         figure.savefig(path, dpi=120)
         plt.close(figure)
