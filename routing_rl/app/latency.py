@@ -23,29 +23,17 @@ from pathlib import Path
 import torch
 
 from routing_rl.app.plots import accuracy_time_figure, write_csv
-from routing_rl.app.runs import CHECKPOINT_FILE, METRICS_FILE, prepare_data, read_run, resolve_device
+from routing_rl.app.runs import METRICS_FILE, load_run, prepare_data, resolve_device
 from routing_rl.core.execution import dynamic
 from routing_rl.core.k_cpt import eval_values
 from routing_rl.core.latency import latency_cost, profile_latency
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
-from routing_rl.training.checkpoint import load_checkpoint
 from routing_rl.training.cost import write_cost_model
 from routing_rl.training.evaluate import evaluate
 
 TOLERANCE = 0.005
 """Equal accuracy: within half a percentage point."""
-
-
-def load_net(run_dir: Path, classes: int, device: torch.device) -> RoutedNet:
-    """The trained net of a finished run directory, on ``device``, in eval mode."""
-    from routing_rl.agents.registry import build_net
-
-    if not (Path(run_dir) / METRICS_FILE).is_file():
-        raise ValueError(f"{run_dir} has not finished (no {METRICS_FILE}); resume it or leave it out")
-    net = build_net(read_run(run_dir), classes)
-    net.load_state_dict(load_checkpoint(Path(run_dir) / CHECKPOINT_FILE)["learner"]["net"])
-    return net.to(device).eval()
 
 
 @torch.no_grad()
@@ -62,7 +50,7 @@ def seconds_per_example(net: RoutedNet, images: torch.Tensor, k_cpt: float, batc
 
 
 def measure(run_dirs: list[Path], batch_sizes: list[int], examples: int = 1000, repeats: int = 5,
-            device: str = "cpu", data_dir: str | None = None) -> list[dict]:
+            device: str = "cpu") -> list[dict]:
     """One point per run, k_cpt (every value of a dynamic one) and batch size: ``series``,
     ``run``, ``cost``, ``k_cpt``, ``batch_size``, ``accuracy`` and ``mean_macs`` on the run's
     test split, ``seconds_per_image`` (median over ``repeats`` interleaved rounds on the first
@@ -70,11 +58,10 @@ def measure(run_dirs: list[Path], batch_sizes: list[int], examples: int = 1000, 
     device = resolve_device(device)
     entries = []
     for run_dir in map(Path, run_dirs):
-        config = read_run(run_dir)
-        if data_dir is not None:
-            config.data_dir = data_dir
-        dataset, *_, test = prepare_data(config)
-        net = load_net(run_dir, len(dataset.classes), device)
+        if not (run_dir / METRICS_FILE).is_file():
+            raise ValueError(f"{run_dir} has not finished (no {METRICS_FILE}); resume it or leave it out")
+        config, task, net = load_run(run_dir, device)
+        *_, test = prepare_data(config, task)
         images = test.images[:examples].to(device)
         for k_cpt in eval_values(config.k_cpt):
             result = evaluate(net, test, k_cpt)
@@ -153,11 +140,10 @@ def report_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=1000, help="test images timed per round (default: 1000)")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (default: 5)")
     parser.add_argument("--device", default="cpu", help="device to time on (default: cpu)")
-    parser.add_argument("--data-dir", default=None, help="folder with the data copies (default: the runs')")
     parser.add_argument("--out", default="figures/latency", help="output folder (default: figures/latency)")
     args = parser.parse_args(argv)
     try:
-        points = measure(args.runs, args.batch_sizes, args.examples, args.repeats, args.device, args.data_dir)
+        points = measure(args.runs, args.batch_sizes, args.examples, args.repeats, args.device)
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     written = write_latency_report(points, args.out)
