@@ -9,6 +9,7 @@ import sys
 
 from routing_rl.app.figures import write_figures
 from routing_rl.app.sweep import run_sweep, sweep_configs
+from routing_rl.core.memory import retain_freed_memory
 
 
 def main() -> int:
@@ -27,6 +28,7 @@ def main() -> int:
     parser.add_argument("--logdir", default="runs", help="folder for the run directories (default: runs)")
     parser.add_argument("--figures", default=None, help="also write the figures of all runs to this folder")
     args = parser.parse_args()
+    retain_freed_memory()
     try:
         configs = sweep_configs(
             args.agents, args.k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset, static_lr=args.static_lr,
