@@ -11,7 +11,6 @@ import argparse
 import sys
 from functools import partial
 
-from routing_rl.app.cli import parse_k_cpt
 from routing_rl.app.figures import write_figures
 from routing_rl.app.sweep import LR_CANDIDATES, run_sweep, select_static_lr, sweep_configs
 from routing_rl.core.memory import retain_freed_memory
@@ -50,7 +49,6 @@ def main() -> int:
     retain_freed_memory()
     machine = dict(env=args.env, dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir)
     try:
-        k_cpts = [parse_k_cpt(k) for k in args.k_cpts]
         static_lr = args.static_lr
         if args.select_static_lr or static_lr == "auto":
             log = partial(print, file=sys.stderr) if args.select_static_lr else print
@@ -59,7 +57,7 @@ def main() -> int:
             if args.select_static_lr:
                 print(f"{static_lr:g}")
                 return 0
-        configs = sweep_configs(args.agents, k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset,
+        configs = sweep_configs(args.agents, args.k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset,
                                 static_lr=static_lr, **machine)
         run_dirs = run_sweep(configs)
         if args.figures:
