@@ -42,7 +42,7 @@ def test_every_learner_trains_resumes_and_evaluates(overrides, tags):
     saved = io.BytesIO()
     torch.save(learner.state_dict(), saved)
     resumed = make_learner(config, 3, CPU)
-    resumed.load_state_dict(torch.load(io.BytesIO(saved.getvalue()), weights_only=False))
+    resumed.load_state_dict(torch.load(io.BytesIO(saved.getvalue()), weights_only=True))
     batch = images(seed=1)
     assert resumed.train_step(batch, 1) == learner.train_step(batch, 1), "a resumed learner continues identically"
     for a, b in zip(learner.net.parameters(), resumed.net.parameters()):

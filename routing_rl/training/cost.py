@@ -16,7 +16,7 @@ from pathlib import Path
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel
 from routing_rl.core.latency import latency_cost, profile_latency
-from routing_rl.training.checkpoint import atomic_write_text
+from routing_rl.core.files import atomic_write_text
 from routing_rl.training.config import TrainConfig
 
 COST_FILE = "cost.json"
