@@ -386,3 +386,17 @@ def test_sb3_zips_are_written_atomically(a2c_run, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["best_model.zip"]
     assert load_sb3(tmp_path / "best_model.zip")[0].num_timesteps == model.num_timesteps
     assert os.stat(tmp_path / "best_model.zip").st_size > 0
+
+
+def test_a_planted_pickle_among_cifar_batches_is_refused_and_never_runs(data_env):
+    import pickle
+
+    from synthetic_data import write_cifar_pickles
+
+    folder = data_env / "data" / "cifar-10-batches-py"
+    write_cifar_pickles(folder)
+    marker = data_env / "PWNED"
+    (folder / "data_batch_1").write_bytes(pickle.dumps({"data": Planted(marker), "labels": [0]}))
+    with pytest.raises(DataNotFoundError, match=r"data_batch_1: not a CIFAR-10 python batch \(refusing to unpickle pathlib"):
+        load_dataset("cifar10", data_dir=data_env / "data", download=False)
+    assert not marker.exists()

@@ -99,9 +99,23 @@ def read_mnist_idx(files: dict[tuple[str, str], Path]) -> dict[str, torch.Tensor
 # --- CIFAR-10 python pickles -----------------------------------------------------------
 
 
+class _BatchUnpickler(pickle.Unpickler):
+    """Unpickles only what a CIFAR-10 batch holds (dicts, lists, bytes, numpy arrays): a
+    planted pickle in a data folder cannot run code."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}")
+        return super().find_class(module, name)
+
+
 def _unpickle_batch(f, name: str) -> tuple[np.ndarray, np.ndarray]:
     try:
-        batch = pickle.load(f, encoding="latin1")
+        batch = _BatchUnpickler(f, encoding="latin1").load()
         data = np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
         labels = np.asarray(batch["labels"], dtype=np.int64)
     except Exception as e:
