@@ -33,8 +33,8 @@ HELP = {
     "width": "channel multiplier of every column",
     "k_cpt": "cost per MAC, e.g. 4e-9, or 'dynamic' (sampled per example, routers read it)",
     "preset": "schedule preset: " + ", ".join(PRESETS),
-    "iterations": "training iterations (environment steps for dqn, ppo, a2c)",
-    "batch_size": "examples per training iteration",
+    "iterations": "training iterations, each one optimiser step on batch-size training images (every agent)",
+    "batch_size": "training images per iteration",
     "lr": "initial SGD learning rate",
     "lr_half_life": "iterations for the learning rate to halve",
     "momentum": "SGD momentum",
@@ -61,8 +61,10 @@ HELP = {
     "download": "try torchvision's downloaders when the data is not found locally",
     "logdir": "folder that holds run directories",
     "run_name": "run directory name (default: agent-arch-timestamp)",
+    "n_envs": "dqn, ppo, a2c: examples in flight in the vector env",
+    "sb3_kwargs": "dqn, ppo, a2c: JSON object of SB3 keyword arguments over the defaults chosen for routing, "
+                  "e.g. '{\"buffer_size\": 50000}' (default: none)",
 }
-HIDDEN = {"extra"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -102,17 +104,27 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"buffer_size\": 50000}}', got {text!r}")
+    return value
+
+
 def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="Train a routed network with any learner on any routing env.")
     defaults = TrainConfig()
     for field in dataclasses.fields(TrainConfig):
-        if field.name in HIDDEN:
-            continue
         flag = "--" + field.name.replace("_", "-")
         default = getattr(defaults, field.name)
         kind = type(default) if default is not None else str
         if field.name == "k_cpt":
             converter = str
+        elif field.name == "sb3_kwargs":
+            converter = _json_object
         elif kind is bool:
             converter = _bool
         elif field.name == "seed":
@@ -134,7 +146,7 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in HIDDEN}
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     preset = values.pop("preset") or DEFAULT_PRESET
     k_cpt = values.get("k_cpt")
     if k_cpt is not None and k_cpt != "dynamic":
@@ -157,7 +169,7 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     if args.print_config and config is not None:
         print(config.to_json())
         return 0
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in HIDDEN}
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     given = {name: value for name, value in given.items() if value is not None}
     try:
         metrics = train(resume=args.resume, overrides=given) if args.resume else train(config, overwrite=args.overwrite)

@@ -210,7 +210,7 @@ def _train_learner(config, dataset, train_part, validation, test, run_dir, devic
         for fields, k_cpt, decide in learner.evaluation_points(validation):
             evaluations.append({**fields, **evaluate(learner.net, test, k_cpt, decide, classes=dataset.classes)})
         final = {"test_accuracy": evaluations[0]["accuracy"], "test_mean_macs": evaluations[0]["mean_macs"]}
-        hparams = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("extra", "logdir", "data_dir")}
+        hparams = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("sb3_kwargs", "logdir", "data_dir")}
         monitor.hparams(hparams, final)
     finally:
         monitor.close()

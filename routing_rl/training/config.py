@@ -62,8 +62,10 @@ PRESET_VALUES: dict[str, dict] = {
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a training run. Units: iterations are optimiser steps
-    (environment steps for SB3 agents), k_cpt is a cost per MAC."""
+    """Everything that defines a training run. Units: an iteration is one optimiser step on
+    ``batch_size`` training images for every agent (for SB3 agents, one step of the env's
+    feature network on ``batch_size`` finished episodes), so a budget of ``iterations``
+    means ``iterations × batch_size`` images everywhere; k_cpt is a cost per MAC."""
 
     agent: str = "actor"
     policy: str | None = None  # None: the agent's default (AGENT_POLICIES)
@@ -101,7 +103,8 @@ class TrainConfig:
     download: bool = True  # False: never try torchvision's downloaders
     logdir: str = "runs"
     run_name: str | None = None
-    extra: dict = field(default_factory=dict)  # agent-specific settings that have no flag
+    n_envs: int = 64  # SB3 agents: examples in flight in the vector env
+    sb3_kwargs: dict = field(default_factory=dict)  # SB3 agents: keyword arguments over agents.sb3.sb3_kwargs
 
     @property
     def dynamic_k_cpt(self) -> bool:
@@ -162,7 +165,11 @@ class TrainConfig:
             raise ValueError(f"unknown execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
         if self.agent == "actor" and self.resolved_execution != "full":
             raise ValueError("the actor needs the full tree (exact expectations); drop --execution=sampled")
-        for name in ("iterations", "batch_size", "width"):
+        if not isinstance(self.sb3_kwargs, dict):
+            raise ValueError(f"sb3_kwargs must be a JSON object of SB3 keyword arguments, got {self.sb3_kwargs!r}")
+        if self.sb3_kwargs:
+            self._check_sb3_kwargs()
+        for name in ("iterations", "batch_size", "width", "n_envs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -174,6 +181,20 @@ class TrainConfig:
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}")
         return self
+
+    def _check_sb3_kwargs(self) -> None:
+        if self.agent not in SB3_AGENTS:
+            raise ValueError(f"sb3_kwargs configure the SB3 agents ({', '.join(SB3_AGENTS)}), not {self.agent!r}; drop --sb3-kwargs")
+        import inspect
+
+        import stable_baselines3
+
+        algorithm = getattr(stable_baselines3, self.agent.upper())
+        accepted = set(inspect.signature(algorithm.__init__).parameters) - {"self", "policy", "env"}
+        unknown = sorted(set(self.sb3_kwargs) - accepted)
+        if unknown:
+            raise ValueError(f"{self.agent.upper()} takes no keyword argument {', '.join(unknown)}; "
+                             f"choose among {', '.join(sorted(accepted))}")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
