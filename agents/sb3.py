@@ -247,7 +247,7 @@ def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, devic
     n_envs = config.n_envs
     net = build(config.arch, config.width, len(dataset.classes)).to(device)
     env_kwargs = dict(dataset=dataset, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost)
-    joint = JointTraining.from_config(config)
+    joint = JointTraining.from_config(config, execution=config.resolved_execution)
     env = VecMonitor(RoutingVecEnv(n_envs, seed=config.seed, split=train_part, train=True, joint=joint, **env_kwargs))
     eval_env = VecMonitor(RoutingVecEnv(min(n_envs, len(validation)), seed=config.seed + 1, split=validation,
                                         train=False, **env_kwargs))

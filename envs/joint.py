@@ -28,11 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from routing_rl.core.execution import Junction, route
 from routing_rl.core.graph import RoutedNet
-from routing_rl.training.config import TrainConfig
-from routing_rl.training.sgd import RoutedSGD, SGDOptions
+from routing_rl.training.config import EXECUTIONS, TrainConfig
+from routing_rl.training.sgd import RoutedSGD, SGDOptions, leaf_errors
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,11 @@ class JointTraining(SGDOptions):
 
     batch_size: int = TrainConfig.batch_size
     augment: bool = True
+    execution: str = "full"
+
+    def __post_init__(self) -> None:
+        if self.execution not in EXECUTIONS:
+            raise ValueError(f"unknown joint-training execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
 
 
 class FeatureTrainer:
@@ -61,6 +67,13 @@ class FeatureTrainer:
         self.sgd = RoutedSGD(net, options, regularise_routers=False)  # routers get no gradient here
         self.node_index = {name: k for k, name in enumerate(net.order)}
         self.junction_index = {name: j for j, name in enumerate(net.junctions)}
+        # full tree: each leaf weighs 1/L, so a node is reached with the share of leaves below it
+        self.leaf_share = torch.zeros(len(net.order), device=net.leaf_macs.device)
+        for leaf in net.leaves:
+            for name in net.nodes_to(leaf):
+                self.leaf_share[self.node_index[name]] += 1.0 / len(net.leaves)
+        self.norms = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+        self.momenta = [norm.momentum for norm in self.norms]
         self.updates = 0
         self.last = {}  # scalars of the latest update, for logging
         self._pending: list[tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]] = []
@@ -101,17 +114,38 @@ class FeatureTrainer:
         was_training = self.net.training
         self.net.train()
         try:
-            routed = route(self.net, images, replay, k_cpt)
-            c_err = F.cross_entropy(routed.logits, labels)
-            reach = torch.zeros(len(labels), len(self.node_index), device=device)
-            for name, index in routed.visits.items():
-                reach[index, self.node_index[name]] = 1.0
+            if self.options.execution == "full":
+                c_err = leaf_errors(self.net, self.net(images, k_cpt), labels).mean()
+                reach = self.leaf_share.expand(len(labels), -1)
+            else:
+                routed = route(self.net, images, replay, k_cpt)
+                c_err = F.cross_entropy(routed.logits, labels)
+                reach = torch.zeros(len(labels), len(self.node_index), device=device)
+                for name, index in routed.visits.items():
+                    reach[index, self.node_index[name]] = 1.0
             c_mod = self.sgd.c_mod(reach.mean(0))
             lr = self.sgd.step(c_err + c_mod, self.updates, reach)
+            self._refresh_statistics(images, replay, k_cpt)
         finally:
             self.net.train(was_training)
         self.updates += 1
         self.last = {"losses/c_err": c_err.item(), "losses/c_mod": c_mod.item(), "charts/lr": lr}
+
+    @torch.no_grad()
+    def _refresh_statistics(self, images: torch.Tensor, replay, k_cpt) -> None:
+        """Every batch-norm layer's running statistics become those of ``images`` under the
+        weights just stepped, on the execution that trained them (a node no replayed path
+        reached keeps its own), so the env scores with the network being trained."""
+        for norm in self.norms:
+            norm.momentum = 1.0
+        try:
+            if self.options.execution == "full":
+                self.net(images, k_cpt)
+            else:
+                route(self.net, images, replay, k_cpt)
+        finally:
+            for norm, momentum in zip(self.norms, self.momenta):
+                norm.momentum = momentum
 
     def state_dict(self) -> dict:
         return {"optimizer": self.sgd.state_dict(), "updates": self.updates}

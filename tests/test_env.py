@@ -1,5 +1,6 @@
 """The routing environments: spaces, costs, determinism, invalid actions, joint training."""
 
+import copy
 import warnings
 
 import gymnasium as gym
@@ -246,6 +247,45 @@ def test_joint_training_trains_transforms_and_heads_only_in_train_mode(dataset):
     fresh = RoutingVecEnv(4, dataset=dataset, net=net, train=True, joint=joint).trainer
     fresh.load_state_dict(state, strict=True)
     assert fresh.updates == 2 and fresh.lr() == vec_env.trainer.lr()
+
+
+@pytest.mark.parametrize("execution", ["full", "sampled"])
+def test_joint_training_trains_every_head_only_in_full_execution(dataset, execution):
+    vec_env = RoutingVecEnv(4, dataset=dataset, train=True, joint=JointTraining(batch_size=4, execution=execution), seed=0)
+    net = vec_env.net
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    vec_env.reset()
+    while vec_env.trainer.updates < 2:
+        vec_env.step(np.zeros(4, dtype=np.int64))  # every example exits at the first head
+    changed = {k.split(".")[1] for k, v in net.state_dict().items() if k.endswith("weight") and not torch.equal(v, before[k])}
+    deep = {f"exit{k}" for k in range(2, 9)} | {f"col{k}" for k in range(2, 9)}
+    assert "exit1" in changed and "col1" in changed
+    assert (deep <= changed) if execution == "full" else not (deep & changed)
+
+
+@pytest.mark.parametrize("execution", ["full", "sampled"])
+def test_env_scores_with_the_statistics_of_the_weights_just_trained(execution):
+    """After each joint-training step the env's eval-mode forward (its rewards) equals the
+    train-mode forward of the network being trained on that batch."""
+    dataset = tiny_dataset(n=32)
+    trainer = RoutingVecEnv(8, dataset=dataset, train=True, joint=JointTraining(batch_size=32, execution=execution),
+                            seed=0).trainer
+    net = trainer.net
+    images, labels = dataset.train.images, dataset.train.labels
+    exits = np.arange(32) % 8  # example k leaves at head k % 8 + 1
+    decisions = np.where(np.arange(7)[None, :] < exits[:, None], 1, np.where(np.arange(7)[None, :] == exits[:, None], 0, -1))
+    replay = lambda junction: torch.from_numpy(decisions[junction.index.numpy(), net.junctions.index(junction.name)])  # noqa: E731
+    for _ in range(3):
+        trainer.record(images, labels, decisions, np.full(32, 4e-9))
+        trained = copy.deepcopy(net).train()  # the network being trained, normalising by batch statistics
+        net.eval()
+        with torch.no_grad():
+            if execution == "full":
+                scored, replayed = net(images).logits, trained(images).logits
+                scored, replayed = torch.cat(list(scored.values())), torch.cat(list(replayed.values()))
+            else:  # every node normalised by the sub-batch that reached it, down to one example
+                scored, replayed = route(net, images, replay).logits, route(trained, images, replay).logits
+        np.testing.assert_allclose(scored, replayed, rtol=0.05, atol=0.05)
 
 
 def test_gymnasium_vector_env_same_step_autoreset(dataset):
