@@ -199,7 +199,8 @@ def sb3_kwargs(config: TrainConfig, n_envs: int) -> dict:
 
     Every agent: ``gamma = 1`` and a 128-128 MLP (the observation is a 2,000-odd feature
     descriptor). DQN: Adam at 5e-4, batches of 256 transitions, one update per vector step
-    with ``n_envs // 16`` gradient steps (one per 16 transitions); ε from 1 to ``epsilon``
+    with ``n_envs // 64`` gradient steps (one per 64 transitions, so each transition is
+    replayed about 4 times); ε from 1 to ``epsilon``
     over the first quarter of the budget. Its transition counts scale with the budget of
     ``images = iterations × batch_size`` (an episode is 1-7 transitions on a chain): replay
     buffer ``images / 2`` (1,000 to 100,000: features keep changing, so old transitions go
@@ -211,7 +212,7 @@ def sb3_kwargs(config: TrainConfig, n_envs: int) -> dict:
     kwargs = dict(SB3_DEFAULTS[config.agent], gamma=1.0)
     images = config.iterations * config.batch_size
     if config.agent == "dqn":
-        kwargs.update(exploration_final_eps=config.epsilon, gradient_steps=max(1, n_envs // 16),
+        kwargs.update(exploration_final_eps=config.epsilon, gradient_steps=max(1, n_envs // 64),
                       buffer_size=int(np.clip(images // 2, 1_000, 100_000)),
                       learning_starts=int(np.clip(images // 100, 64, 5_000)),
                       target_update_interval=int(np.clip(images // 50, 64, 10_000)))

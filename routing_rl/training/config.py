@@ -103,7 +103,7 @@ class TrainConfig:
     download: bool = True  # False: never try torchvision's downloaders
     logdir: str = "runs"
     run_name: str | None = None
-    n_envs: int = 64  # SB3 agents: examples in flight in the vector env
+    n_envs: int = 256  # SB3 agents: examples in flight in the vector env
     sb3_kwargs: dict = field(default_factory=dict)  # SB3 agents: keyword arguments over agents.sb3.sb3_kwargs
 
     @property
