@@ -7,6 +7,12 @@
 * ``sampled_vs_full_step_ratio`` and ``sampled_vs_full_peak_memory_ratio`` — the pragmatic
   critic on the tree (47 columns; an example runs through at most 8), sampled decisions
   against the full tree. Targets: both < 1.
+* ``dqn_images_per_second`` and ``dqn_vs_static8_images_ratio`` — SB3's DQN on the chain
+  through the env (:class:`~routing_rl.envs.RoutingVecEnv`, 256 examples in flight, the
+  default settings of :func:`~routing_rl.agents.sb3.sb3_kwargs`, learning from the first
+  step): training images per second, env stepping, DQN updates and the env's full-tree
+  joint training included, against static-8 steps of 128 images, in alternating chunks of
+  two iterations each.
 
 Steps are timed alternately (A, B, A, B, ...) and a ratio is the median of the ratios of
 neighbouring pairs, so that load from other processes falls on both sides alike. On the CPU
@@ -36,10 +42,13 @@ from pathlib import Path
 
 import torch
 from routing_rl.agents.registry import make_learner
+from routing_rl.agents.sb3 import ALGORITHMS, sb3_kwargs
+from routing_rl.agents.sb3_callbacks import ImageBudget
+from routing_rl.envs import JointTraining, RoutingVecEnv
 from timing import sync
 
 from routing_rl.training.config import make_config
-from routing_rl.data import Split
+from routing_rl.data import RoutingDataset, Split
 
 BATCH_SIZE = 128
 CLASSES = 10
@@ -128,6 +137,7 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
             device, repeats,
         )
         tree = _alternating_step_seconds({mode: _learner(device, **o) for mode, o in CRITIC_MODES.items()}, device, tree_repeats)
+        agents = sb3_throughput(device, tree_repeats)
         step_threads = torch.get_num_threads()
     finally:
         torch.set_num_threads(threads)
@@ -146,7 +156,50 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
         "critic_tree_sampled_peak_bytes": memory["sampled"]["peak_bytes"],
         "sampled_vs_full_peak_memory_ratio": memory["sampled"]["peak_bytes"] / memory["full"]["peak_bytes"],
         "peak_memory_method": memory["full"]["method"],
+        **agents,
         "targets": "actor_step_ratio <= 1.3; sampled_vs_full_step_ratio < 1; sampled_vs_full_peak_memory_ratio < 1",
+    }
+
+
+def _dqn(device: torch.device):
+    """A DQN learning on random images through the env, and its feature trainer."""
+    generator = torch.Generator().manual_seed(1)
+    images = torch.rand(4 * BATCH_SIZE, 3, 32, 32, generator=generator)
+    split = Split(images, torch.randint(0, CLASSES, (len(images),), generator=generator),
+                  torch.randint(0, 2, (len(images),), generator=generator))
+    dataset = RoutingDataset("random", tuple(str(c) for c in range(CLASSES)), split, split, {})
+    config = make_config("paper", agent="dqn", sb3_kwargs={"learning_starts": 0})
+    env = RoutingVecEnv(config.n_envs, seed=0, dataset=dataset, train=True, device=device,
+                        joint=JointTraining.from_config(config, execution=config.resolved_execution))
+    model = ALGORITHMS["dqn"]("MlpPolicy", env, routed_net=env.net, feature_trainer=env.trainer, routing={},
+                              seed=0, device=device, **sb3_kwargs(config, config.n_envs))
+    return model, env.trainer
+
+
+def sb3_throughput(device: torch.device, repeats: int, chunk: int = 2) -> dict:
+    """Training images per second of DQN through the env and of static-8 steps, in turns."""
+    model, trainer = _dqn(device)
+    static8 = _learner(device, agent="static", arch="static-8")
+    batch = _batch(device)
+    rates: dict[str, list[float]] = {"dqn": [], "static-8": []}
+    for repeat in range(repeats + 1):
+        sync(device)
+        start = time.perf_counter()
+        goal = trainer.updates + chunk
+        model.learn(10**9, callback=ImageBudget(trainer, goal), reset_num_timesteps=False)
+        sync(device)
+        dqn = chunk * BATCH_SIZE / (time.perf_counter() - start)
+        start = time.perf_counter()
+        for iteration in range(chunk):
+            static8.train_step(batch, iteration)
+        sync(device)
+        if repeat:  # the first chunk pays for warm-up
+            rates["dqn"].append(dqn)
+            rates["static-8"].append(chunk * BATCH_SIZE / (time.perf_counter() - start))
+    return {
+        "dqn_images_per_second": statistics.median(rates["dqn"]),
+        "static8_images_per_second": statistics.median(rates["static-8"]),
+        "dqn_vs_static8_images_ratio": statistics.median(a / b for a, b in zip(rates["dqn"], rates["static-8"])),
     }
 
 
