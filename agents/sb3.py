@@ -13,7 +13,10 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
 
 * ``agent`` dqn / ppo / a2c; DQN explores ε-greedily (``--policy eps-greedy``): SB3's linear
   schedule from ε = 1 down to ``epsilon`` over the first ``exploration_fraction`` of the
-  budget; PPO and A2C sample their own softmax policy.
+  budget; PPO and A2C sample their own softmax policy. Exploration no longer decides which
+  heads learn: the env's joint training runs on the full tree by default
+  (``--execution full``; see :mod:`~routing_rl.envs.joint`), so ε = 1 at the start, which
+  reaches column k with probability 2^-k, costs the agent nothing but its own transitions.
 * The budget is the one every learner has: ``iterations`` optimiser steps of the feature
   network, each on ``batch_size`` finished episodes — ``iterations × batch_size`` training
   images, whatever the number of environment steps (transitions) their paths take.

@@ -13,6 +13,14 @@ Presets:
   * ``quick`` — the default: 600 iterations with the same shape, a first real result in a
     few minutes on a CPU.
   * ``smoke`` — a few iterations on a small batch and a few hundred examples, for tests.
+
+A preset is a number of training images, ``iterations × batch_size``, the same for every
+agent: the paper's learners take one optimiser step per batch; the SB3 agents (dqn, ppo,
+a2c) stop when the env's feature network has taken ``iterations`` steps of ``batch_size``
+finished episodes, however many environment steps the episodes took. Their own settings
+(replay buffer, learning starts, target updates, exploration schedule, rollout lengths) are
+chosen for routing and scale with that budget: :func:`routing_rl.agents.sb3.sb3_kwargs`
+documents them; ``--n-envs`` and ``--sb3-kwargs`` change them.
 """
 
 from __future__ import annotations
