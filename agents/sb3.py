@@ -1,7 +1,7 @@
 """Stable-Baselines3 baselines: DQN, PPO and A2C route the net, the env trains its features.
 
-``train_sb3(config, dataset, run_dir, device)`` trains one agent with SB3's own machinery:
-``learn()`` on the batched :class:`~routing_rl.envs.RoutingVecEnv` under ``VecMonitor``, with
+``train_sb3(config, task, run_dir, device)`` trains one agent with SB3's own machinery:
+``learn()`` on the batched :class:`~routing_rl.envs.RoutingSB3VecEnv` under ``VecMonitor``, with
 joint training of the feature network on the agent's paths; SB3's ``EvalCallback`` (plus the
 shared evaluator on the validation split, :mod:`~routing_rl.agents.sb3_callbacks`) and
 ``CheckpointCallback``; SB3's logger writing TensorBoard and CSV into the run directory.
@@ -29,6 +29,8 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
   of an episode is exactly ``-c_inf``.
 * ``n_envs`` examples in flight; ``sb3_kwargs``: keyword arguments for the SB3 algorithm over
   :func:`sb3_kwargs`' choices for routing (documented there).
+* SB3's algorithms cannot mask actions, so the envs clip an action past a junction's last
+  sink to the last one (``clip_actions``); on the chain every junction has 2 sinks anyway.
 
 Saving: :class:`RoutingDQN` / :class:`RoutingPPO` / :class:`RoutingA2C` are SB3's classes
 whose zip also holds the feature network and its optimiser (``routed_net.pth``,
@@ -57,7 +59,9 @@ from routing_rl.agents.sb3_callbacks import (
 )
 from routing_rl.envs.joint import FeatureTrainer, JointTraining
 from routing_rl.envs.observation import ObservationLayout
-from routing_rl.envs.sb3_vec_env import RoutingVecEnv
+from routing_rl.envs.image_task import ImageTask
+from routing_rl.envs.sb3_vec_env import RoutingSB3VecEnv
+from routing_rl.envs.task import RoutingTask, task_from_env
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, EvalCallback
@@ -70,7 +74,8 @@ from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import Decide, Junction
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
-from routing_rl.app.runs import training_splits
+from routing_rl.nets.seeding import seeded_net
+from routing_rl.training.splits import training_splits
 
 SB3_DEFAULTS = {
     "dqn": dict(learning_rate=5e-4, batch_size=256, train_freq=1, exploration_fraction=0.25,
@@ -93,7 +98,7 @@ class RoutedNetSaving:
                  routing: dict | None = None, **kwargs):
         self.routed_net = routed_net
         self.feature_trainer = feature_trainer
-        self.routing = routing  # JSON: agent, arch, width, classes, k_cpt, joint options
+        self.routing = routing  # JSON: agent, env, arch, width, classes, k_cpt, joint options
         self.iterations: int | None = None  # the budget in feature-trainer steps, set by train_sb3
         super().__init__(*args, **kwargs)
 
@@ -110,12 +115,21 @@ class RoutedNetSaving:
         if self.routed_net is None:
             if self.routing.get("arch") is None:
                 raise ValueError("this model routes a hand-built net; pass it: load_sb3(path, net=...)")
-            self.routed_net = build(self.routing["arch"], self.routing["width"], self.routing["classes"]).to(self.device)
+            self.routed_net = self._build_net()
         if self.feature_trainer is None:
             self.feature_trainer = FeatureTrainer(self.routed_net, JointTraining(**self.routing["joint"]))
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "iterations"]
+
+    def _build_net(self) -> RoutedNet:
+        """A net of the saved arch (its weights are loaded next): the task's, or the paper's
+        multiscale net for models of a dataset in memory."""
+        routing = self.routing
+        if routing.get("env") is None:
+            return seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"]), 0, self.device)
+        dataset = {"dataset": routing["dataset"]} if routing.get("dataset") else {}
+        return task_from_env(routing["env"], **dataset)[0].make_net(routing["arch"], routing["width"], device=self.device)
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, variables = super()._get_torch_save_params()
@@ -142,9 +156,10 @@ def sb3_decide(model: BaseAlgorithm, net: RoutedNet, k_cpt: float | None = None)
 
     It builds the env's observation from the junction (descriptor, junction one-hot and, for
     a dynamic-k_cpt agent, ``junction.k_cpt`` or else ``k_cpt``) for all examples there at
-    once, and maps actions past a junction's last sink as the env does.
+    once, and clips actions past a junction's last sink as its training env did.
     """
     layout = ObservationLayout.matching(net, model.observation_space)
+    layout.clip_actions = True  # as the env it trained on
 
     def decide(junction: Junction) -> torch.Tensor:
         cost = junction.k_cpt if junction.k_cpt is not None else k_cpt
@@ -169,20 +184,23 @@ class SB3Result:
     history: list[dict]
     k_cpts: list[float]
     classes: tuple[str, ...] | None = None
+    sources: tuple[str, ...] | None = None
+    task: RoutingTask | None = None  # carries the memory of episodes of frames
 
     def decide(self, k_cpt: float | None = None) -> Decide:
         return sb3_decide(self.model, self.net, k_cpt)
 
     def evaluations(self, split: Split) -> list[dict]:
         """The shared evaluator on ``split``, one result per k_cpt in :attr:`k_cpts`."""
-        return [evaluate(self.net, split, k, self.decide(k), classes=self.classes) for k in self.k_cpts]
+        return [evaluate(self.net, split, k, self.decide(k), classes=self.classes, sources=self.sources, task=self.task)
+                for k in self.k_cpts]
 
 
-def load_sb3(path: str | Path, env: RoutingVecEnv | None = None, device: str | torch.device = "auto",
+def load_sb3(path: str | Path, env: RoutingSB3VecEnv | None = None, device: str | torch.device = "auto",
              net: RoutedNet | None = None) -> tuple[BaseAlgorithm, RoutedNet]:
     """A saved agent and its feature network: ``(model, net)``.
 
-    With ``env`` (a :class:`RoutingVecEnv`, maybe under ``VecMonitor``), the saved weights go
+    With ``env`` (a :class:`RoutingSB3VecEnv`, maybe under ``VecMonitor``), the saved weights go
     into the env's own net and feature trainer, and the model is ready to ``learn()`` on.
     ``net``: the hand-built net a model was trained on, for nets not built by arch name.
     """
@@ -208,7 +226,8 @@ def sb3_kwargs(config: TrainConfig, n_envs: int) -> dict:
     ``images = iterations × batch_size`` (an episode is 1-7 transitions on a chain): replay
     buffer ``images / 2`` (1,000 to 100,000: features keep changing, so old transitions go
     stale), learning starts after ``images / 100`` (64 to 5,000), the target network is
-    copied every ``images / 50`` (64 to 10,000). PPO: rollouts of 16 steps per env, 4 epochs
+    copied every ``images / 50`` (64 to 10,000, at most once per vector step). PPO: rollouts
+    of 16 steps per env, 4 epochs
     of minibatches of a quarter of the rollout, entropy bonus 0.01; A2C: 8 steps, 0.01.
     ``config.sb3_kwargs`` overrides any of them.
     """
@@ -218,7 +237,7 @@ def sb3_kwargs(config: TrainConfig, n_envs: int) -> dict:
         kwargs.update(exploration_final_eps=config.epsilon, gradient_steps=max(1, n_envs // 64),
                       buffer_size=int(np.clip(images // 2, 1_000, 100_000)),
                       learning_starts=int(np.clip(images // 100, 64, 5_000)),
-                      target_update_interval=int(np.clip(images // 50, 64, 10_000)))
+                      target_update_interval=max(n_envs, int(np.clip(images // 50, 64, 10_000))))
     if config.agent == "ppo":
         n_steps = config.sb3_kwargs.get("n_steps", kwargs["n_steps"])
         kwargs["batch_size"] = max(1, n_steps * n_envs // 4)
@@ -232,31 +251,35 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return max(zips, key=lambda p: int(p.stem.split("_")[-2])) if zips else None
 
 
-def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, device: torch.device,
+def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: Path, device: torch.device,
               callbacks: Sequence[BaseCallback] = (), resume: bool = False) -> SB3Result:
-    """Train ``config.agent`` (dqn, ppo or a2c) on ``config.iterations × config.batch_size``
-    training images (``config.iterations`` steps of the feature network).
+    """Train ``config.agent`` (dqn, ppo or a2c) on ``task`` (a dataset in memory: the paper's
+    image task on it) with ``config.iterations × config.batch_size`` training images
+    (``config.iterations`` steps of the feature network).
 
     ``callbacks`` are extra SB3 callbacks. ``resume`` continues from the newest checkpoint in
     ``run_dir/checkpoints`` (policy, feature net and its optimiser; DQN's replay buffer
     starts empty again). Writes TensorBoard/CSV logs, checkpoints, ``best_model.zip`` (best
     validation return) and ``model.zip`` into ``run_dir``.
     """
-    config.validate()
+    env_id = config.env if isinstance(task, RoutingTask) else None  # a dataset in memory has no id to rebuild from
+    task = task if isinstance(task, RoutingTask) else ImageTask(task)
+    config.validate(task.archs)
     if config.agent not in SB3_AGENTS:
         raise ValueError(f"train_sb3 trains {', '.join(SB3_AGENTS)}, not {config.agent!r}")
     run_dir = Path(run_dir)
     torch.manual_seed(config.seed)
-    train_part, validation, _ = training_splits(config, dataset)
+    train_part, validation, _ = training_splits(config, task.dataset())
     n_envs = config.n_envs
-    net = build(config.arch, config.width, len(dataset.classes)).to(device)
-    env_kwargs = dict(dataset=dataset, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost)
+    net = task.make_net(config.arch, config.width, seed=config.seed, device=device)  # the agent reads k_cpt, not the routers
+    env_kwargs = dict(task=task, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost, clip_actions=True)
     joint = JointTraining.from_config(config, execution=config.resolved_execution)
-    env = VecMonitor(RoutingVecEnv(n_envs, seed=config.seed, split=train_part, train=True, joint=joint, **env_kwargs))
-    eval_env = VecMonitor(RoutingVecEnv(min(n_envs, len(validation)), seed=config.seed + 1, split=validation,
-                                        train=False, **env_kwargs))
-    routing = {"agent": config.agent, "arch": config.arch, "width": config.width, "classes": len(dataset.classes),
-               "k_cpt": config.k_cpt, "joint": dataclasses.asdict(joint)}
+    env = VecMonitor(RoutingSB3VecEnv(n_envs, seed=config.seed, split=train_part, train=True, joint=joint, **env_kwargs))
+    eval_env = VecMonitor(RoutingSB3VecEnv(min(n_envs, len(validation)), seed=config.seed + 1, split=validation,
+                                           train=False, **env_kwargs))
+    routing = {"agent": config.agent, "env": env_id, "dataset": config.dataset, "arch": config.arch,
+               "width": config.width, "classes": len(task.classes), "k_cpt": config.k_cpt,
+               "joint": dataclasses.asdict(joint)}
 
     checkpoint = latest_checkpoint(run_dir) if resume else None
     history_path = run_dir / HISTORY_FILE
@@ -274,9 +297,10 @@ def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, devic
 
     k_cpts = list(K_CPT_VALUES) if config.dynamic_k_cpt else [float(config.k_cpt)]
     validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),
-                                     history_path, lambda: trainer.updates, history)
-    evaluation = EvalCallback(eval_env, n_eval_episodes=min(len(validation), 500), eval_freq=1, best_model_save_path=str(run_dir),
-                              log_path=str(run_dir), callback_after_eval=validation_callback, verbose=0)
+                                     history_path, lambda: trainer.updates, history, task)
+    evaluation = EvalCallback(eval_env, n_eval_episodes=min(len(validation), 500), eval_freq=1,
+                              best_model_save_path=str(run_dir), log_path=str(run_dir),
+                              callback_after_eval=validation_callback, verbose=0)
     callback = CallbackList([
         TrainingCharts(trainer),
         EveryIterations(trainer, config.eval_every, evaluation),
@@ -296,4 +320,4 @@ def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, devic
         model.save(run_dir / CHECKPOINTS / f"{config.agent}_{trainer.updates}_iterations.zip")
         raise
     model.save(run_dir / MODEL_FILE)
-    return SB3Result(model, net, validation_callback.history, k_cpts, tuple(dataset.classes))
+    return SB3Result(model, net, validation_callback.history, k_cpts, task.classes, task.sources, task)

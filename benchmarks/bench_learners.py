@@ -8,7 +8,7 @@
   critic on the tree (47 columns; an example runs through at most 8), sampled decisions
   against the full tree. Targets: both < 1.
 * ``dqn_images_per_second`` and ``dqn_vs_static8_images_ratio`` — SB3's DQN on the chain
-  through the env (:class:`~routing_rl.envs.RoutingVecEnv`, 256 examples in flight, the
+  through the env (:class:`~routing_rl.envs.RoutingSB3VecEnv`, 256 examples in flight, the
   default settings of :func:`~routing_rl.agents.sb3.sb3_kwargs`, learning from the first
   step): training images per second, env stepping, DQN updates and the env's full-tree
   joint training included, against static-8 steps of 128 images, in alternating chunks of
@@ -44,7 +44,7 @@ import torch
 from routing_rl.agents.registry import make_learner
 from routing_rl.agents.sb3 import ALGORITHMS, sb3_kwargs
 from routing_rl.agents.sb3_callbacks import ImageBudget
-from routing_rl.envs import JointTraining, RoutingVecEnv
+from routing_rl.envs import JointTraining, RoutingSB3VecEnv
 from timing import sync
 
 from routing_rl.training.config import make_config
@@ -169,7 +169,7 @@ def _dqn(device: torch.device):
                   torch.randint(0, 2, (len(images),), generator=generator))
     dataset = RoutingDataset("random", tuple(str(c) for c in range(CLASSES)), split, split, {})
     config = make_config("paper", agent="dqn", sb3_kwargs={"learning_starts": 0})
-    env = RoutingVecEnv(config.n_envs, seed=0, dataset=dataset, train=True, device=device,
+    env = RoutingSB3VecEnv(config.n_envs, seed=0, dataset=dataset, train=True, device=device,
                         joint=JointTraining.from_config(config, execution=config.resolved_execution))
     model = ALGORITHMS["dqn"]("MlpPolicy", env, routed_net=env.net, feature_trainer=env.trainer, routing={},
                               seed=0, device=device, **sb3_kwargs(config, config.n_envs))
