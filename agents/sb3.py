@@ -221,14 +221,13 @@ def sb3_kwargs(config: TrainConfig, n_envs: int) -> dict:
     Every agent: ``gamma = 1`` and a 128-128 MLP (the observation is a 2,000-odd feature
     descriptor). DQN: Adam at 5e-4, batches of 256 transitions, one update per vector step
     with ``n_envs // 64`` gradient steps (one per 64 transitions, so each transition is
-    replayed about 4 times); ε from 1 to ``epsilon``
-    over the first quarter of the budget. Its transition counts scale with the budget of
-    ``images = iterations × batch_size`` (an episode is 1-7 transitions on a chain): replay
-    buffer ``images / 2`` (1,000 to 100,000: features keep changing, so old transitions go
-    stale), learning starts after ``images / 100`` (64 to 5,000), the target network is
-    copied every ``images / 50`` (64 to 10,000, at most once per vector step). PPO: rollouts
-    of 16 steps per env, 4 epochs
-    of minibatches of a quarter of the rollout, entropy bonus 0.01; A2C: 8 steps, 0.01.
+    replayed about 4 times); ε from 1 to ``epsilon`` over the first quarter of the budget.
+    Its transition counts scale with the budget of ``images = iterations × batch_size`` (an
+    episode is 1-7 transitions on a chain): replay buffer ``images / 2`` (1,000 to 100,000:
+    features keep changing, so old transitions go stale), learning starts after
+    ``images / 100`` (64 to 5,000), the target network is copied every ``images / 50`` (64
+    to 10,000, at most once per vector step). PPO: rollouts of 16 steps per env, 4 epochs of
+    minibatches of a quarter of the rollout, entropy bonus 0.01; A2C: 8 steps, 0.01.
     ``config.sb3_kwargs`` overrides any of them.
     """
     kwargs = dict(SB3_DEFAULTS[config.agent], gamma=1.0)
