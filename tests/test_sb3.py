@@ -104,6 +104,7 @@ def test_dqn_maps_eps_greedy_and_gamma_one(tmp_path):
     assert model.exploration_final_eps == 0.05 and model.exploration_initial_eps == 1.0
     assert model.gamma == 1.0
     assert model.exploration_rate == pytest.approx(0.05), "exploration anneals on the image budget, which is spent"
+    assert model.feature_trainer.options.execution == "full", "every head learns, whatever ε explores"
 
 
 def test_resume_continues_from_the_newest_checkpoint(tmp_path):
