@@ -2,9 +2,9 @@
 # Issue 10 (helper "rl-env"): the SB3 agents on hybrid at k_cpt 4e-9 with the critic's image
 # budget (preset cpu-small: 4,000 iterations x 128 images), all at once on the GPU machine:
 # DQN with seeds 0, 1, 2, PPO, A2C (joint training on the full tree, the default), DQN with
-# sampled joint training (the evidence for the default) and DQN at lr 0.1. Seven runs share the GPU; expected
-# 4-6 minutes in all (setup ~30 s); runs still going at DEADLINE_S (400 s after the start)
-# are stopped, and only their validation histories come back.
+# sampled joint training (the evidence for the default) and DQN at lr 0.1. Seven runs share
+# the GPU; expected 4-6 minutes in all (setup ~30 s); runs still going at DEADLINE_S (400 s
+# after the start) are stopped, and only their validation histories come back.
 #
 #   bash gpu/rl-env.sh [PRESET]        (default cpu-small; smoke for a local check)
 #
