@@ -212,3 +212,13 @@ def test_an_sb3_run_resumes_from_its_newest_zip(tiny_data, cache, tmp_path, caps
     (run_dir / "metrics.json").unlink()
     assert main(["--resume", str(run_dir)]) == 0
     assert (run_dir / "metrics.json").is_file()
+
+
+def test_configs_written_before_the_sb3_flags_still_read():
+    from routing_rl.training.config import TrainConfig, make_config
+
+    old = json.loads(make_config("smoke").to_json())
+    del old["n_envs"], old["sb3_kwargs"]
+    assert TrainConfig.from_json(json.dumps({**old, "extra": {}})) == TrainConfig(**old)
+    with pytest.raises(ValueError, match="before --n-envs and --sb3-kwargs"):
+        TrainConfig.from_json(json.dumps({**old, "extra": {"n_envs": 8}}))

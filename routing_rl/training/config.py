@@ -222,6 +222,9 @@ class TrainConfig:
     @classmethod
     def from_json(cls, text: str) -> TrainConfig:
         values = json.loads(text)
+        if values.pop("extra", {}):  # earlier configs: SB3 settings, now n_envs and sb3_kwargs, counted env steps
+            raise ValueError("this config was written before --n-envs and --sb3-kwargs, when SB3 iterations were "
+                             "environment steps; start a new run")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - known
         if unknown:
