@@ -318,5 +318,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     except KeyboardInterrupt:
         model.save(run_dir / CHECKPOINTS / f"{config.agent}_{trainer.updates}_iterations.zip")
         raise
+    finally:
+        model.logger.close()
     model.save(run_dir / MODEL_FILE)
     return SB3Result(model, net, validation_callback.history, k_cpts, task.classes, task.sources, task)

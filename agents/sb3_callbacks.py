@@ -149,4 +149,5 @@ class IterationCheckpoint(CheckpointCallback):
         self.trainer = trainer
 
     def _checkpoint_path(self, checkpoint_type: str = "", extension: str = "") -> str:
-        return str(Path(self.save_path) / f"{self.name_prefix}_{checkpoint_type}{self.trainer.updates}_iterations.{extension}")
+        name = f"{self.name_prefix}_{checkpoint_type}{self.trainer.updates}_iterations.{extension}"
+        return str(Path(self.save_path) / name)

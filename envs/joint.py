@@ -72,7 +72,8 @@ class JointTraining(SGDOptions):
 
     def __post_init__(self) -> None:
         if self.execution not in EXECUTIONS:
-            raise ValueError(f"unknown joint-training execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
+            raise ValueError(f"unknown joint-training execution {self.execution!r}; "
+                             f"choose one of {', '.join(EXECUTIONS)}")
 
 
 class FeatureTrainer:
@@ -93,7 +94,8 @@ class FeatureTrainer:
         for leaf in net.leaves:
             for name in net.nodes_to(leaf):
                 self.leaf_share[self.node_index[name]] += 1.0 / len(net.leaves)
-        self.norms = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+        self.norms = [m for m in net.modules()
+                      if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
         self.momenta = [norm.momentum for norm in self.norms]
         self.updates = 0
         self.last = {}  # scalars of the latest update, for logging

@@ -46,8 +46,8 @@ HELP = {
     "k_ure": "utility regression error weight (critics)",
     "k_l2": "L2 weight of the activated layers' weights",
     "talr": "throughput-adjusted learning rates (Section 4.5)",
-    "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, sampled for critics with eps-greedy/greedy; "
-                 "for dqn, ppo, a2c: how the env trains the features)",
+    "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, sampled for critics with "
+                 "eps-greedy/greedy; for dqn, ppo, a2c: how the env trains the features)",
     "error_cost": "c_err: cross_entropy or zero_one",
     "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant)",
     "probability_floor": "smallest routing probability of any sink during training",

@@ -97,7 +97,7 @@ class TrainConfig:
     k_ure: float = 0.001
     k_l2: float = 1e-4
     talr: bool = True
-    execution: str | None = None  # None: full tree for the actor, softmax critics and SB3 joint training, sampled for ε-greedy/greedy
+    execution: str | None = None  # None: full tree (actor, softmax critics, SB3 joint training), sampled for ε-greedy/greedy
     error_cost: str = "cross_entropy"
     utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
     probability_floor: float = 1e-6
