@@ -11,7 +11,7 @@ with the training routing policy ``d̂`` a constant: its probabilities carry no 
 the routers learn only from the regression term c_ure. What "the decisions below the sink"
 are makes the two critics:
 
-* pragmatic (``critic``): the current inference policy's — argmax of the scores at every
+* pragmatic (``pragmatic-critic``, alias ``critic``): the current inference policy's — argmax of the scores at every
   junction below;
 * optimistic (``optimistic-critic``): the best ones — the minimum cost over the subtree's
   paths, so ``u_j`` does not depend on the routers downstream of ``j``.
@@ -96,16 +96,26 @@ def full_targets(
 
 
 def sampled_targets(
-    net: RoutedNet, routed: RoutedOutput, errors: torch.Tensor, k_cpt: torch.Tensor, optimistic: bool
-) -> dict[str, torch.Tensor]:
-    """Utilities of the sink each example took, ``(b,)`` per junction on the sampled paths
-    (aligned with ``routed.visits[j]``); see the module docstring.
+    net: RoutedNet,
+    routed: RoutedOutput,
+    errors: torch.Tensor,
+    k_cpt: torch.Tensor,
+    optimistic: bool,
+    head_errors: dict[str, torch.Tensor] | None = None,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Utilities observed on the sampled paths; see the module docstring.
 
     errors: ``(B,)`` the error cost at each example's leaf; k_cpt: ``(B,)``.
+    head_errors: leaf name -> ``(b,)`` error cost of the side heads that ran on every example
+        at their junction (``route(..., side_heads=True)``, aligned with ``routed.heads``);
+        None when only the path's own leaf ran.
+    Returns junction name -> ``(targets (b, n_sinks), observed (b, n_sinks) bool)``, aligned
+    with ``routed.visits[j]``: a target exists where ``observed`` is True.
     """
     macs = node_costs(net)
+    head_errors = head_errors or {}
     below = torch.zeros_like(errors)  # per example: the cost of its path below the last node processed
-    targets: dict[str, torch.Tensor] = {}
+    targets: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for name in reversed(net.order):  # descendants before ancestors, so each path runs leaf first
         if name not in routed.visits:
             continue
@@ -114,9 +124,14 @@ def sampled_targets(
         if node.is_leaf:
             rest = errors[index]
         elif node.is_junction:
-            taken, scores, decision = below[index], routed.scores[name].detach(), routed.decisions[name]
-            targets[name] = -taken
-            q = (-scores).scatter(1, decision[:, None], taken[:, None])
+            scores, decision = routed.scores[name].detach(), routed.decisions[name]
+            q = (-scores).scatter(1, decision[:, None], below[index][:, None])
+            observed = torch.zeros_like(q, dtype=torch.bool).scatter(1, decision[:, None], True)
+            for sink_number, sink in enumerate(node.sinks):
+                if sink in head_errors:
+                    q[:, sink_number] = k_cpt[index] * macs[sink] + head_errors[sink]
+                    observed[:, sink_number] = True
+            targets[name] = (-q, observed)
             rest = _subtree_cost(q, scores, optimistic)
         else:
             rest = below[index]
@@ -149,6 +164,7 @@ class CriticLearner(SGDLearner):
         self.execution = config.resolved_execution
         self.paths = Paths(net)
         self.same_error = config.utility_error == config.error_cost
+        self.side_heads = config.side_heads
 
     def losses(self, batch: Split, iteration: int) -> dict[str, torch.Tensor]:
         """The loss terms on one batch, the critic ``targets``, and node usage ``reach`` ``(B, N)``."""
@@ -183,19 +199,29 @@ class CriticLearner(SGDLearner):
 
     def _sampled_losses(self, batch: Split, iteration: int, k_cpt: torch.Tensor) -> dict[str, torch.Tensor]:
         decide = sample(self.policy, iteration, self.generator)
-        routed = route(self.net, batch.images, decide, k_cpt if self.net.k_cpt_input else None)
+        routed = route(self.net, batch.images, decide, k_cpt if self.net.k_cpt_input else None, self.side_heads)
         labels, size = batch.labels, len(batch)
         errors = error_cost(routed.logits, labels, self.config.error_cost)
         utility_errors = errors.detach() if self.same_error else error_cost(routed.logits, labels, self.config.utility_error)
-        targets = sampled_targets(self.net, routed, utility_errors, k_cpt, self.optimistic)
+        head_losses = {leaf: error_cost(logits, labels[index]) for leaf, (index, logits) in routed.heads.items()}
+        head_errors = None
+        if self.side_heads:
+            head_errors = {
+                leaf: loss.detach() if self.same_error else error_cost(logits, labels[index], self.config.utility_error)
+                for (leaf, (index, logits)), loss in zip(routed.heads.items(), head_losses.values())
+            }
+        targets = sampled_targets(self.net, routed, utility_errors, k_cpt, self.optimistic, head_errors)
         squared = [
-            (routed.scores[j].gather(1, routed.decisions[j][:, None]).squeeze(1) - targets[j]).square().sum()
-            for j in targets
+            ((routed.scores[j] - target).square() * observed).sum() for j, (target, observed) in targets.items()
         ]
         reach = self.paths.visited(routed.visits, size, self.dtype)
+        for leaf, (index, _) in routed.heads.items():
+            reach[index, self.paths.node_index[leaf]] = 1.0
         macs = routed.macs.to(self.dtype)
+        # every head that ran learns from every example it ran on (the path's leaf alone without side heads)
+        c_err = torch.stack([loss.sum() for loss in head_losses.values()]).sum() / size
         return {
-            "c_err": errors.mean(),
+            "c_err": c_err,
             "c_cpt": (k_cpt * macs).mean(),
             "c_ure": self.config.k_ure * torch.stack(squared).sum() / size,
             "c_mod": self.c_mod(reach.mean(0)),

@@ -23,12 +23,12 @@ def build_net(config: TrainConfig, classes: int) -> RoutedNet:
 
 
 def make_learner(config: TrainConfig, classes: int, device: torch.device) -> Learner:
-    """A ready-to-train learner for ``config.agent`` (static, actor, critic,
+    """A ready-to-train learner for ``config.agent`` (static, actor, pragmatic-critic,
     optimistic-critic, threshold) on a fresh net on ``device``."""
     learners = {
         "static": StaticLearner,
         "actor": ActorLearner,
-        "critic": CriticLearner,
+        "pragmatic-critic": CriticLearner,
         "optimistic-critic": lambda net, config, device: CriticLearner(net, config, device, optimistic=True),
         "threshold": ThresholdLearner,
     }

@@ -73,10 +73,39 @@ def test_sampled_targets_bootstrap_where_the_path_leaves_the_argmax(optimistic):
     errors = torch.tensor([0.5, 0.2, 0.9])
     u = sampled_targets(net, routed, errors, torch.zeros(3), optimistic)
     assert routed.visits["fork"].tolist() == [1, 2]
-    torch.testing.assert_close(u["fork"], torch.tensor([-0.2, -0.9]))
+    assert u["fork"][1].tolist() == [[True, False], [False, True]], "only the taken sink is observed"
+    torch.testing.assert_close(u["fork"][0][u["fork"][1]], torch.tensor([-0.2, -0.9]))
     # example 1: observed 0.2 below fork; example 2: pragmatic bootstraps argmax leaf1's
     # estimate (0.3), optimistic takes min(observed 0.9, estimated 0.3)
-    torch.testing.assert_close(u["root"], torch.tensor([-0.5, -0.2, -0.3]))
+    torch.testing.assert_close(u["root"][0][u["root"][1]], torch.tensor([-0.5, -0.2, -0.3]))
+
+
+@pytest.mark.parametrize("optimistic", [False, True])
+def test_side_heads_observe_every_exit_on_the_path(optimistic):
+    net = three_leaf_tree()
+    with torch.no_grad():
+        net.nodes["fork"].router.layers[-1].bias.copy_(torch.tensor([-0.3, -0.7]))
+    x = torch.rand(3, 2)
+    decisions = {"root": [0, 1, 1], "fork": [None, 0, 1]}
+    routed = route(net.eval(), x, lambda at: torch.tensor([decisions[at.name][i] for i in at.index.tolist()]), side_heads=True)
+    plain = routed_along(net, x, decisions)
+    torch.testing.assert_close(routed.logits, plain.logits)
+    assert routed.leaf.tolist() == plain.leaf.tolist() and routed.macs.tolist() == plain.macs.tolist()
+    full = net(x)
+    for leaf, examples in {"leaf0": [0, 1, 2], "leaf1": [1, 2], "leaf2": [1, 2]}.items():
+        index, logits = routed.heads[leaf]
+        assert index.tolist() == examples, f"{leaf} runs on every example at its junction"
+        torch.testing.assert_close(logits, full.logits[leaf][index])
+    errors = torch.tensor([0.5, 0.2, 0.9])  # at each example's own leaf
+    head_errors = {"leaf0": torch.tensor([0.5, 0.6, 0.7]), "leaf1": torch.tensor([0.2, 0.4]), "leaf2": torch.tensor([0.8, 0.9])}
+    targets, observed = sampled_targets(net, routed, errors, torch.zeros(3), optimistic, head_errors)["fork"]
+    assert observed.all(), "both of fork's sinks are heads, so both are observed"
+    torch.testing.assert_close(targets, -torch.tensor([[0.2, 0.8], [0.4, 0.9]]))
+    targets, observed = sampled_targets(net, routed, errors, torch.zeros(3), optimistic, head_errors)["root"]
+    assert observed.tolist() == [[True, False], [True, True], [True, True]]
+    # below fork: pragmatic follows fork's argmax (leaf1: 0.2, 0.4); optimistic the best, leaf1 too
+    torch.testing.assert_close(targets[1:], -torch.tensor([[0.6, 0.2], [0.7, 0.4]]))
+    assert targets[0, 0].item() == pytest.approx(-0.5)
 
 
 def test_sampled_targets_equal_the_exact_ones_on_argmax_paths():
@@ -93,9 +122,15 @@ def test_sampled_targets_equal_the_exact_ones_on_argmax_paths():
     routed = route(net, x, argmax_decide)
     sampled = sampled_targets(net, routed, errors.gather(1, routed.leaf[:, None]).squeeze(1), k, optimistic=False)
     assert len(sampled) == 2
-    for j, u in sampled.items():
+    for j, (u, observed) in sampled.items():
         index = routed.visits[j]
-        torch.testing.assert_close(u, exact[j][index].gather(1, routed.decisions[j][:, None]).squeeze(1))
+        assert (observed.sum(1) == 1).all()
+        torch.testing.assert_close(u[observed], exact[j][index].gather(1, routed.decisions[j][:, None]).squeeze(1))
+    routed = route(net, x, argmax_decide, side_heads=True)
+    head_errors = {leaf: errors[index, net.leaf_index[leaf]] for leaf, (index, _) in routed.heads.items()}
+    sampled = sampled_targets(net, routed, errors.gather(1, routed.leaf[:, None]).squeeze(1), k, False, head_errors)
+    for j, (u, observed) in sampled.items():
+        torch.testing.assert_close(u[observed], exact[j][routed.visits[j]][observed])
 
 
 def data(n=16, seed=0, features=6):
@@ -123,7 +158,8 @@ def test_zero_one_utility_uses_classification_error():
     assert set(torch.unique(targets["fork"]).tolist()) <= {0.0, -1.0}
 
 
-def test_sampled_mode_computes_only_the_sampled_path():
+@pytest.mark.parametrize("side_heads", [False, True])
+def test_sampled_mode_computes_only_the_sampled_path(side_heads):
     net = chain(classes=3)
     seen: dict[str, int] = {}
 
@@ -135,14 +171,19 @@ def test_sampled_mode_computes_only_the_sampled_path():
 
     for name in net.order:
         net.nodes[name].register_forward_hook(count(name))
-    config = make_config("smoke", agent="critic", policy="eps-greedy", epsilon=1.0)
+    config = make_config("smoke", agent="critic", policy="eps-greedy", epsilon=1.0, side_heads=side_heads)
     assert config.resolved_execution == "sampled"
     learner = CriticLearner(net, config, CPU)
     x = torch.rand(8, 3, 32, 32)
     stats = learner.train_step(Split(x, torch.randint(0, 3, (8,)), torch.zeros(8, dtype=torch.long)), 0)
     assert seen["col1"] == 8
-    assert sum(seen.get(leaf, 0) for leaf in net.leaves) == 8, "each example reaches exactly one head"
-    assert sum(seen.values()) < 8 * len(net.order) / 2
+    heads_run = sum(seen.get(leaf, 0) for leaf in net.leaves)
+    if side_heads:  # every example at a column's junction runs that column's exit head
+        assert heads_run == sum(seen.get(f"col{k}", 0) for k in range(1, 9))
+        assert all(net.nodes[f"exit{k}"].transform.linear.weight.grad is not None for k in range(1, 9) if f"col{k}" in seen)
+    else:
+        assert heads_run == 8, "each example reaches exactly one head"
+    assert sum(seen.get(f"col{k}", 0) for k in range(1, 9)) < 8 * 8 / 2
     for name in net.order:
         grads = [p.grad for p in net.nodes[name].parameters() if p.grad is not None]
         if name not in seen:  # only c_mod reaches it, weighted by the 0 examples through it

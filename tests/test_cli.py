@@ -53,7 +53,7 @@ def tags(run_dir: Path) -> set[str]:
 AGENT_ARGS = {
     "static": ["--arch", "static-2"],
     "actor": [],
-    "critic": ["--policy", "eps-greedy"],
+    "pragmatic-critic": ["--policy", "eps-greedy"],
     "optimistic-critic": [],
     "threshold": [],
     "dqn": ["--policy", "eps-greedy"],

@@ -25,7 +25,7 @@ from routing_rl.training.config import (
 from routing_rl.data import DataNotFoundError
 
 HELP = {
-    "agent": "learner: " + ", ".join(AGENTS),
+    "agent": "learner: " + ", ".join(AGENTS) + " (critic: pragmatic-critic)",
     "policy": "training routing policy: " + ", ".join(POLICIES) + " (default: the agent's own)",
     "env": "registered routing env id; sets the dataset unless --dataset is given",
     "dataset": "dataset name (mnist, cifar10, cifar2, cifar5, hybrid); default: the env's",
@@ -47,6 +47,7 @@ HELP = {
     "k_l2": "L2 weight of the activated layers' weights",
     "talr": "throughput-adjusted learning rates (Section 4.5)",
     "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, sampled for eps-greedy/greedy)",
+    "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is computed)",
     "error_cost": "c_err: cross_entropy or zero_one",
     "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant)",
     "probability_floor": "smallest routing probability of any sink during training",

@@ -65,6 +65,9 @@ class RoutedOutput:
         reached that node; nodes no example reached are absent.
     scores: junction name -> ``(b, n_sinks)`` router scores of those examples.
     decisions: junction name -> ``(b,)`` int64 sink each of those examples took.
+    heads: leaf name -> ``(index (b,), logits (b, classes))``, every head that ran and on
+        which examples: the leaf each example reached, and with ``route(..., side_heads=True)``
+        also every head hanging off a junction on its path.
     """
 
     logits: torch.Tensor
@@ -73,6 +76,7 @@ class RoutedOutput:
     visits: dict[str, torch.Tensor]
     scores: dict[str, torch.Tensor]
     decisions: dict[str, torch.Tensor]
+    heads: dict[str, tuple[torch.Tensor, torch.Tensor]]
 
     @property
     def pred(self) -> torch.Tensor:
@@ -84,11 +88,18 @@ def argmax_decide(junction: Junction) -> torch.Tensor:
     return junction.scores.argmax(1)
 
 
-def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None) -> RoutedOutput:
+def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None, side_heads: bool = False) -> RoutedOutput:
     """Run each example along the path ``decide`` picks, computing only what is on it.
 
     Differentiable: gradients reach every transform, router and head an example passed
     through. ``k_cpt`` may be a float or a ``(B,)`` tensor (one cost per example).
+
+    ``side_heads``: also run, on every example at a junction, each head that is one of the
+    junction's sinks (``RoutedOutput.heads``). A head's input is the junction's state, which
+    the path computed anyway, so this costs only the heads' own MACs (a linear layer, about
+    0.1% of a column's); ``RoutedOutput.macs`` still counts the path alone. Training uses it
+    to give every head, and the exit utility of every junction, all the examples whose path
+    passed by (see :mod:`routing_rl.agents.critic`).
     """
     net.check_input(x)
     net.check_k_cpt(k_cpt)
@@ -99,17 +110,24 @@ def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None) -> Routed
     visits: dict[str, torch.Tensor] = {}
     scores: dict[str, torch.Tensor] = {}
     decisions: dict[str, torch.Tensor] = {}
+    heads: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     pending = [(net.root, x, everyone, k_cpt)]
+
+    def reached_leaf(name: str, index: torch.Tensor, state: torch.Tensor) -> None:
+        nonlocal logits
+        if logits is None:
+            logits = state.new_zeros(batch, state.shape[1])
+        logits = logits.index_copy(0, index, state)
+        leaf[index] = net.leaf_index[name]
+
     while pending:
         name, inputs, index, node_k_cpt = pending.pop()
         node = net.nodes[name]
         visits[name] = index
         state, descriptor, node_scores = node(inputs, node_k_cpt)
         if node.is_leaf:
-            if logits is None:
-                logits = state.new_zeros(batch, state.shape[1])
-            logits = logits.index_copy(0, index, state)
-            leaf[index] = net.leaf_index[name]
+            heads[name] = (index, state)
+            reached_leaf(name, index, state)
             continue
         if node_scores is None:
             pending.append((node.sinks[0], state, index, node_k_cpt))
@@ -119,6 +137,14 @@ def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None) -> Routed
         decisions[name] = choice
         for sink_number, sink in enumerate(node.sinks):
             chosen = (choice == sink_number).nonzero().squeeze(1)
+            if side_heads and net.nodes[sink].is_leaf:
+                head = net.nodes[sink]
+                head_logits = head(head.reads(state), node_k_cpt).state
+                heads[sink] = (index, head_logits)
+                if chosen.numel():
+                    visits[sink] = index[chosen]
+                    reached_leaf(sink, index[chosen], head_logits.index_select(0, chosen))
+                continue
             if chosen.numel() == 0:
                 continue
             if chosen.numel() == index.numel():
@@ -126,7 +152,7 @@ def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None) -> Routed
                 continue
             sink_k_cpt = node_k_cpt[chosen] if isinstance(node_k_cpt, torch.Tensor) and node_k_cpt.dim() else node_k_cpt
             pending.append((sink, take(net.nodes[sink].reads(state), chosen), index[chosen], sink_k_cpt))
-    return RoutedOutput(logits, leaf, net.leaf_macs[leaf], visits, scores, decisions)
+    return RoutedOutput(logits, leaf, net.leaf_macs[leaf], visits, scores, decisions, heads)
 
 
 def dynamic(net: RoutedNet, x: torch.Tensor, k_cpt=None) -> RoutedOutput:

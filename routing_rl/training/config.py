@@ -25,7 +25,9 @@ from pathlib import Path
 from routing_rl.core.costs import ERROR_COSTS, check_k_cpt
 from routing_rl.nets.multiscale import arch_names
 
-AGENTS = ("static", "actor", "critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
+AGENTS = ("static", "actor", "pragmatic-critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
+AGENT_ALIASES = {"critic": "pragmatic-critic"}
+"""Other names an agent answers to; a config stores the agent's own name."""
 POLICIES = ("softmax", "eps-greedy", "greedy")
 EXECUTIONS = ("full", "sampled")
 PRESETS = ("smoke", "quick", "cpu-small", "paper")
@@ -38,7 +40,7 @@ AGENT_POLICIES = {
     "static": (),
     "threshold": (),
     "actor": ("softmax",),
-    "critic": ("softmax", "eps-greedy", "greedy"),
+    "pragmatic-critic": ("softmax", "eps-greedy", "greedy"),
     "optimistic-critic": ("softmax", "eps-greedy", "greedy"),
     "dqn": ("eps-greedy",),
     "ppo": ("softmax",),
@@ -87,6 +89,7 @@ class TrainConfig:
     k_l2: float = 1e-4
     talr: bool = True
     execution: str | None = None  # None: full tree for the actor and softmax critics, sampled for ε-greedy/greedy
+    side_heads: bool = True  # sampled critics: train every head whose input the path computed
     error_cost: str = "cross_entropy"
     utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
     probability_floor: float = 1e-6
@@ -102,6 +105,9 @@ class TrainConfig:
     logdir: str = "runs"
     run_name: str | None = None
     extra: dict = field(default_factory=dict)  # agent-specific settings that have no flag
+
+    def __post_init__(self) -> None:
+        self.agent = AGENT_ALIASES.get(self.agent, self.agent)
 
     @property
     def dynamic_k_cpt(self) -> bool:
