@@ -131,6 +131,7 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory of the same name")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    parser.add_argument("--json", action="store_true", help="at the end, print the final metrics as JSON instead of the summary")
     return parser
 
 
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     from routing_rl.app.runs import RunError, train
+    from routing_rl.app.summary import summary_text
 
     try:
         config = None if args.resume else config_from_args(args)
@@ -167,6 +169,8 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted; the last checkpoint is saved, continue with --resume", file=sys.stderr)
         return 130
-    summary = {k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}
-    print(json.dumps(summary, indent=2))
+    if args.json:
+        print(json.dumps({k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}, indent=2))
+    else:
+        print(summary_text(metrics))
     return 0
