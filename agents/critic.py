@@ -61,9 +61,14 @@ from routing_rl.training.sgd import SGDLearner, check_error_cost, leaf_correct, 
 from routing_rl.training.config import TrainConfig
 from routing_rl.core.costs import error_cost
 from routing_rl.data import Split
-from routing_rl.core.execution import RoutedOutput, route
+from routing_rl.core.execution import RoutedOutput, argmax_decide, route
 from routing_rl.core.graph import FullOutput, RoutedNet
 from routing_rl.core.policies import sample
+from routing_rl.training.batchnorm import recalibrate
+
+CALIBRATION_IMAGES = 4096
+"""Training images whose routed statistics replace a sampled critic's batch-norm running
+statistics before each evaluation."""
 
 
 def node_costs(net: RoutedNet) -> dict[str, float]:
@@ -230,6 +235,16 @@ class CriticLearner(SGDLearner):
             "accuracy": (routed.pred == labels).float().mean(),
             "mean_macs": macs.mean(),
         }
+
+    def before_evaluation(self, train: Split) -> None:
+        """Sampled execution: batch-norm statistics recomputed on :data:`CALIBRATION_IMAGES`
+        training images routed by the inference policy (see the module docstring)."""
+        if self.execution != "sampled":
+            return
+        generator = torch.Generator().manual_seed(self.config.seed)
+        pick = torch.randperm(len(train), generator=generator)[:CALIBRATION_IMAGES]
+        k_cpt = self.k_cpt_values.repeat(len(pick) // len(self.k_cpt_values) + 1)[: len(pick)] if self.config.dynamic_k_cpt else None
+        recalibrate(self.net, train.images[pick.to(train.images.device)].to(self.device), argmax_decide, k_cpt)
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         # accuracy and MACs in the report: expectations (full tree) or the sampled paths

@@ -178,7 +178,7 @@ def load_sb3(path: str | Path, env: RoutingVecEnv | None = None, device: str | t
 def _algorithm_kwargs(config: TrainConfig, n_envs: int) -> dict:
     kwargs = dict(SB3_DEFAULTS[config.agent], gamma=1.0)
     if config.agent == "dqn":
-        kwargs.update(exploration_final_eps=config.epsilon, gradient_steps=max(1, n_envs // 16))
+        kwargs.update(exploration_final_eps=config.resolved_epsilon, gradient_steps=max(1, n_envs // 16))
     if config.agent == "ppo":
         n_steps = config.extra.get("sb3", {}).get("n_steps", kwargs["n_steps"])
         kwargs["batch_size"] = max(1, n_steps * n_envs // 4)

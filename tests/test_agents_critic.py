@@ -5,6 +5,7 @@ from torch import nn
 
 from routing_rl.agents.critic import CriticLearner, full_targets, sampled_targets
 from routing_rl.training.config import make_config
+from routing_rl.training.sgd import training_policy
 from routing_rl.data import Split
 from routing_rl.core.execution import argmax_decide, dynamic, route
 from routing_rl.core.graph import FullOutput, Node, RoutedNet
@@ -203,3 +204,30 @@ def test_critic_learns_to_take_the_cheap_exit_when_computation_is_expensive(poli
         learner.train_step(batch, i)
     leaves = dynamic(net.eval(), batch.images).leaf
     assert (leaves == net.leaf_index["leafA"]).float().mean() > 0.9, "the 504-MAC exit costs least"
+
+
+def test_eps_greedy_critics_default_to_annealed_exploration_from_one_with_side_heads():
+    config = make_config("quick", agent="critic", policy="eps-greedy")
+    assert config.agent == "pragmatic-critic" and config.resolved_execution == "sampled" and config.side_heads
+    policy = training_policy(config)
+    assert policy.value(0) == 1.0 and policy.value(config.epsilon_half_life) == pytest.approx(0.5)
+    assert make_config("quick", agent="optimistic-critic", policy="eps-greedy").resolved_epsilon == 1.0
+    assert make_config("quick", agent="dqn", policy="eps-greedy").resolved_epsilon == 0.1, "DQN's is its final rate"
+    assert make_config("quick", agent="critic", policy="eps-greedy", epsilon=0.2).resolved_epsilon == 0.2
+
+
+@pytest.mark.parametrize("execution", ["sampled", "full"])
+def test_sampled_critics_recompute_batch_norm_statistics_before_evaluation(execution):
+    torch.manual_seed(0)
+    net = chain(classes=3)
+    learner = CriticLearner(net, make_config("smoke", agent="critic", policy="eps-greedy", execution=execution), CPU)
+    train = Split(torch.rand(40, 3, 32, 32), torch.randint(0, 3, (40,)), torch.zeros(40, dtype=torch.long))
+    norm = net.nodes["col1"].transform.norms[0]
+    before = norm.running_mean.clone()
+    learner.before_evaluation(train)
+    if execution == "full":
+        assert torch.equal(norm.running_mean, before), "full-tree training already normalises every node by the whole batch"
+        return
+    with torch.no_grad():  # every image passes column 1: its statistics are those of all 40 images
+        z = net.nodes["col1"].transform.convs[0](train.images)
+    torch.testing.assert_close(norm.running_mean, z.mean((0, 2, 3)), rtol=1e-4, atol=1e-5)

@@ -40,7 +40,7 @@ HELP = {
     "momentum": "SGD momentum",
     "tau": "initial softmax temperature of the training routing policy (default: 1.0 actor, 0.1 critics)",
     "tau_half_life": "iterations for tau to halve",
-    "epsilon": "initial exploration rate of the eps-greedy policy",
+    "epsilon": "initial exploration rate of the eps-greedy policy (default: 1.0 critics, annealed; DQN: its final rate, 0.1)",
     "epsilon_half_life": "iterations for epsilon to halve",
     "k_dec": "cost of decisiveness (actor): k_dec * |s_j|^2 per junction",
     "k_ure": "utility regression error weight (critics)",
@@ -120,7 +120,7 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
             converter = _non_negative_int
         elif kind is int or field.name in ("eval_examples", "train_examples"):
             converter = _positive_int
-        elif kind is float or field.name == "tau":
+        elif kind is float or field.name in ("tau", "epsilon"):
             converter = _number
         else:
             converter = str

@@ -22,7 +22,8 @@ def recalibrate(
 ) -> None:
     """Replace every batch-norm layer's running mean and variance by their average over
     ``images`` ``(N, *input_shape)`` routed with ``decide`` in train mode (no gradient, no
-    parameter changes). A layer no example reaches keeps its statistics."""
+    parameter changes). ``k_cpt``: None, a float, or ``(N,)`` per image. A layer no example
+    reaches keeps its statistics."""
     norms = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
     saved = [(m.momentum, m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone()) for m in norms]
     was_training = net.training
@@ -32,7 +33,8 @@ def recalibrate(
     net.train()
     try:
         for start in range(0, len(images), batch_size):
-            route(net, images[start : start + batch_size], decide, k_cpt if net.k_cpt_input else None)
+            part = k_cpt[start : start + batch_size] if isinstance(k_cpt, torch.Tensor) and k_cpt.dim() else k_cpt
+            route(net, images[start : start + batch_size], decide, part if net.k_cpt_input else None)
     finally:
         for norm, (momentum, mean, var, tracked) in zip(norms, saved):
             norm.momentum = momentum

@@ -54,8 +54,8 @@ PRESET_VALUES: dict[str, dict] = {
                   epsilon_half_life=10_000, eval_every=5_000, checkpoint_every=5_000),
     "cpu-small": dict(iterations=4_000, batch_size=128, lr_half_life=500, tau_half_life=500,
                       epsilon_half_life=500, eval_every=250, checkpoint_every=500),
-    "quick": dict(iterations=600, batch_size=128, lr_half_life=75, tau_half_life=75,
-                  epsilon_half_life=75, eval_every=100, checkpoint_every=100, eval_examples=2_000),
+    "quick": dict(iterations=1_200, batch_size=128, lr_half_life=1_200, tau_half_life=200,
+                  epsilon_half_life=150, eval_every=400, checkpoint_every=400),
     "smoke": dict(iterations=20, batch_size=16, lr_half_life=10, tau_half_life=10,
                   epsilon_half_life=10, eval_every=10, checkpoint_every=10, eval_examples=64,
                   train_examples=256),
@@ -82,7 +82,7 @@ class TrainConfig:
     momentum: float = 0.9
     tau: float | None = None  # None: 1.0 for the actor, 0.1 for critics
     tau_half_life: int = 500
-    epsilon: float = 0.1
+    epsilon: float | None = None  # None: 1.0 for critics (annealed), 0.1 for DQN (its final ε)
     epsilon_half_life: int = 500
     k_dec: float = 0.01
     k_ure: float = 0.001
@@ -123,6 +123,12 @@ class TrainConfig:
         if self.tau is not None:
             return self.tau
         return 1.0 if self.agent == "actor" else 0.1
+
+    @property
+    def resolved_epsilon(self) -> float:
+        if self.epsilon is not None:
+            return self.epsilon
+        return 0.1 if self.agent == "dqn" else 1.0
 
     @property
     def resolved_execution(self) -> str:
@@ -175,7 +181,7 @@ class TrainConfig:
         for name in ("lr", "lr_half_life", "tau_half_life", "epsilon_half_life", "eval_every", "checkpoint_every"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not 0.0 <= self.epsilon <= 1.0:
+        if not 0.0 <= self.resolved_epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon!r}")
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}")

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The learners' runs of issue 10 on the GPU machine, many at once, in at most ~7 minutes.
+#
+#   bash gpu/rl-critic.sh [PRESET]        (default cpu-small; smoke for a local check)
+#
+# From the repo root. Data: $ROUTING_RL_DATA_DIR or .data/datasets. Packages python3 lacks
+# there (gymnasium, stable-baselines3, tensorboard) are installed from .whl/ when it exists.
+# Every run goes to $LOGDIR/<name>; at the end ONE tar of every metrics.json (and each
+# run's log) is written to $OUT/rl-critic-metrics.tar. Runs still going at the deadline are
+# stopped and left out of the tar (their logs say how far they got).
+set -uo pipefail
+PRESET=${1:-cpu-small}
+OUT=${OUT:-$PWD/out}
+LOGDIR=${LOGDIR:-/tmp/rl-critic-runs}
+DEADLINE_S=${DEADLINE_S:-390}
+JOBS=${JOBS:-16}
+DEVICE=${DEVICE:-auto}
+export ROUTING_RL_DATA_DIR=${ROUTING_RL_DATA_DIR:-$PWD/.data/datasets}
+export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+PYTHON=${PYTHON:-python3}
+mkdir -p "$OUT" "$LOGDIR"
+started=$(date +%s)
+
+if [ -d .whl ] && ! $PYTHON -c "import gymnasium, stable_baselines3, tensorboard" 2>/dev/null; then
+  $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if ! $PYTHON -c "import routing_rl.agents" 2>/dev/null; then
+  $PYTHON -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/routing-rl . || exit 1
+  export PYTHONPATH=/tmp/routing-rl${PYTHONPATH:+:$PYTHONPATH}
+fi
+$PYTHON -m routing_rl.data hybrid > "$LOGDIR/data.log" 2>&1 || { cat "$LOGDIR/data.log"; exit 1; }  # decode once, cache for all runs
+
+# name, then flags; in order of priority (the first JOBS start at once)
+RUNS=(
+  "pragmatic-critic-eps-k4e-9-s0     --agent pragmatic-critic --policy eps-greedy --k-cpt 4e-9 --seed 0"
+  "pragmatic-critic-eps-k1.6e-8-s0   --agent pragmatic-critic --policy eps-greedy --k-cpt 1.6e-8 --seed 0"
+  "optimistic-critic-eps-k4e-9-s0    --agent optimistic-critic --policy eps-greedy --k-cpt 4e-9 --seed 0"
+  "pragmatic-critic-eps-k4e-9-s1     --agent pragmatic-critic --policy eps-greedy --k-cpt 4e-9 --seed 1"
+  "pragmatic-critic-eps-k4e-9-s2     --agent pragmatic-critic --policy eps-greedy --k-cpt 4e-9 --seed 2"
+  "actor-k4e-9-s0                    --agent actor --k-cpt 4e-9 --seed 0"
+  "actor-k4e-9-s1                    --agent actor --k-cpt 4e-9 --seed 1"
+  "actor-k4e-9-s2                    --agent actor --k-cpt 4e-9 --seed 2"
+  "static-5-s0                       --agent static --arch static-5 --lr 0.02 --seed 0"
+  "static-5-s1                       --agent static --arch static-5 --lr 0.02 --seed 1"
+  "static-5-s2                       --agent static --arch static-5 --lr 0.02 --seed 2"
+  "pragmatic-critic-softmax-full-k4e-9-s0   --agent pragmatic-critic --policy softmax --tau 0.1 --execution full --k-cpt 4e-9 --seed 0"
+  "optimistic-critic-softmax-full-k4e-9-s0  --agent optimistic-critic --policy softmax --tau 0.1 --execution full --k-cpt 4e-9 --seed 0"
+  "pragmatic-critic-softmax-full-01-k4e-9-s0 --agent pragmatic-critic --policy softmax --tau 0.1 --execution full --utility-error zero_one --k-cpt 4e-9 --seed 0"
+  "threshold-lr0.1-s0                --agent threshold --lr 0.1 --seed 0"
+  "threshold-lr0.05-s0               --agent threshold --lr 0.05 --seed 0"
+  "threshold-lr0.02-s0               --agent threshold --lr 0.02 --seed 0"
+  "threshold-lr0.01-s0               --agent threshold --lr 0.01 --seed 0"
+  "pragmatic-critic-eps-nosides-k4e-9-s0 --agent pragmatic-critic --policy eps-greedy --side-heads false --k-cpt 4e-9 --seed 0"
+)
+
+run_one() {
+  local name=$1; shift
+  local left=$(( DEADLINE_S - ($(date +%s) - started) ))
+  [ "$left" -gt 20 ] || { echo "$name: no time left, not started" > "$LOGDIR/$name.log"; return; }
+  timeout "$left" $PYTHON experiments/train_agent.py --preset "$PRESET" --device "$DEVICE" --logdir "$LOGDIR" \
+    --run-name "$name" --overwrite "$@" > "$LOGDIR/$name.log" 2>&1
+  echo "$(date +%T) $name exit $? ($(tail -c 300 "$LOGDIR/$name.log" | grep -o 'test accuracy [^(]*' | head -1))"
+}
+export -f run_one
+export PRESET DEVICE LOGDIR DEADLINE_S started PYTHON
+printf '%s\n' "${RUNS[@]}" | xargs -P "$JOBS" -L 1 bash -c 'run_one $@' _
+
+# one line per finished run: test and validation accuracy, MACs, margin over the README's
+# static curve, and the mean MACs of the digits' and the CIFAR images' exits
+$PYTHON - "$LOGDIR" <<'PY'
+import glob, json, sys
+from routing_rl.app.report import static_accuracy_at
+from routing_rl.app.summary import STATIC_REFERENCE
+curve = [(macs, acc) for _, acc, macs in STATIC_REFERENCE]
+print(f"{'run':44s} {'test':>7s} {'val':>7s} {'MACs':>7s} {'margin':>7s} {'digits':>7s} {'CIFAR':>7s} {'s':>5s}")
+for path in sorted(glob.glob(f"{sys.argv[1]}/*/metrics.json")):
+    m = json.load(open(path))
+    for e in m["test"]:
+        at = static_accuracy_at(curve, e["mean_macs"])
+        by = {s: sum(v["by_source"][s] * v["macs"] for v in e["leaves"].values()) / max(1, sum(v["by_source"][s] for v in e["leaves"].values())) for s in ("mnist", "cifar")}
+        val = m["history"][-1]["evaluations"][0]["accuracy"] if m["history"] else float("nan")
+        name = path.split("/")[-2] + (f"@{e['label']}" if e.get("label") else "")
+        margin = f"{100 * (e['accuracy'] - at):+7.2f}" if at is not None else "      -"
+        print(f"{name:44s} {100 * e['accuracy']:7.2f} {100 * val:7.2f} {e['mean_macs'] / 1e6:6.2f}M {margin} "
+              f"{by['mnist'] / 1e6:6.2f}M {by['cifar'] / 1e6:6.2f}M {m['train_seconds']:5.0f}")
+PY
+cd "$LOGDIR" && tar -cf "$OUT/rl-critic-metrics.tar" $(ls -d */metrics.json 2>/dev/null) *.log
+echo "$(ls -d */metrics.json 2>/dev/null | wc -l) of ${#RUNS[@]} runs finished in $(( $(date +%s) - started )) s; wrote $OUT/rl-critic-metrics.tar"
