@@ -12,7 +12,7 @@ set -uo pipefail
 PRESET=${1:-cpu-small}
 OUT=${OUT:-$PWD/out}
 LOGDIR=${LOGDIR:-/tmp/rl-critic-runs}
-DEADLINE_S=${DEADLINE_S:-390}
+DEADLINE_S=${DEADLINE_S:-400}
 JOBS=${JOBS:-16}
 DEVICE=${DEVICE:-auto}
 export ROUTING_RL_DATA_DIR=${ROUTING_RL_DATA_DIR:-$PWD/.data/datasets}
@@ -54,17 +54,39 @@ RUNS=(
   "pragmatic-critic-eps-nosides-k4e-9-s0 --agent pragmatic-critic --policy eps-greedy --side-heads false --k-cpt 4e-9 --seed 0"
 )
 
+pin() { command -v taskset > /dev/null && echo "taskset -c $1"; }  # run on these cores, where taskset exists
+export -f pin
+
+# the two default commands of issue 10's deliverable 5, each on two CPU cores of its own
+# (no GPU), timed: `python experiments/train_agent.py` and the headline critic command
+default_run() {
+  local name=$1 cores=$2; shift 2
+  local started_run=$(date +%s)
+  OMP_NUM_THREADS=2 timeout $(( DEADLINE_S - 10 )) $(pin "$cores") $PYTHON experiments/train_agent.py --device cpu \
+    --logdir "$LOGDIR" --run-name "$name" --overwrite "$@" > "$LOGDIR/$name.log" 2>&1
+  echo "$(date +%T) $name exit $? in $(( $(date +%s) - started_run )) s wall on cores $cores"
+}
+if [ "$PRESET" = cpu-small ]; then
+  default_run default-actor 12,13 &
+  default_run default-critic 14,15 --agent=critic --policy=eps-greedy &
+  GPU_CORES=0-11 JOBS=$(( JOBS > 12 ? 12 : JOBS ))
+else
+  GPU_CORES=0-$(( $(nproc) - 1 ))
+fi
+
 run_one() {
   local name=$1; shift
   local left=$(( DEADLINE_S - ($(date +%s) - started) ))
   [ "$left" -gt 20 ] || { echo "$name: no time left, not started" > "$LOGDIR/$name.log"; return; }
-  timeout "$left" $PYTHON experiments/train_agent.py --preset "$PRESET" --device "$DEVICE" --logdir "$LOGDIR" \
+  timeout "$left" $(pin "$GPU_CORES") $PYTHON experiments/train_agent.py --preset "$PRESET" --device "$DEVICE" --logdir "$LOGDIR" \
     --run-name "$name" --overwrite "$@" > "$LOGDIR/$name.log" 2>&1
   echo "$(date +%T) $name exit $? ($(tail -c 300 "$LOGDIR/$name.log" | grep -o 'test accuracy [^(]*' | head -1))"
 }
 export -f run_one
-export PRESET DEVICE LOGDIR DEADLINE_S started PYTHON
+export PRESET DEVICE LOGDIR DEADLINE_S started PYTHON GPU_CORES
 printf '%s\n' "${RUNS[@]}" | xargs -P "$JOBS" -L 1 bash -c 'run_one $@' _
+wait  # the default runs
+for name in default-actor default-critic; do [ -f "$LOGDIR/$name.log" ] && tail -n 22 "$LOGDIR/$name.log"; done
 
 # one line per finished run: test and validation accuracy, MACs, margin over the README's
 # static curve, and the mean MACs of the digits' and the CIFAR images' exits
