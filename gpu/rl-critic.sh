@@ -19,17 +19,22 @@ export ROUTING_RL_DATA_DIR=${ROUTING_RL_DATA_DIR:-$PWD/.data/datasets}
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT" "$LOGDIR"
+OUT=$(cd "$OUT" && pwd) LOGDIR=$(cd "$LOGDIR" && pwd)
 started=$(date +%s)
 
 if [ -d .whl ] && ! $PYTHON -c "import gymnasium, stable_baselines3, tensorboard" 2>/dev/null; then
   $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-if ! $PYTHON -c "import routing_rl.agents" 2>/dev/null; then
-  $PYTHON -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/routing-rl . || exit 1
-  export PYTHONPATH=/tmp/routing-rl${PYTHONPATH:+:$PYTHONPATH}
+# the package as pip lays it out (agents/ and envs/ inside routing_rl/), where it is not installed;
+# helpers run from /tmp so that the repo's own routing_rl/ folder does not shadow it
+if ! (cd /tmp && $PYTHON -c "import routing_rl.agents, routing_rl.envs") 2>/dev/null; then
+  rm -rf /tmp/rl-critic-package && mkdir -p /tmp/rl-critic-package
+  cp -r routing_rl /tmp/rl-critic-package/ && cp -r agents /tmp/rl-critic-package/routing_rl/agents \
+    && cp -r envs /tmp/rl-critic-package/routing_rl/envs || exit 1
+  export PYTHONPATH=/tmp/rl-critic-package${PYTHONPATH:+:$PYTHONPATH}
 fi
-$PYTHON -m routing_rl.data hybrid > "$LOGDIR/data.log" 2>&1 || { cat "$LOGDIR/data.log"; exit 1; }  # decode once, cache for all runs
+(cd /tmp && $PYTHON -m routing_rl.data hybrid) > "$LOGDIR/data.log" 2>&1 || { cat "$LOGDIR/data.log"; exit 1; }  # decode once, cache for all runs
 
 # name, then flags; in order of priority (the first JOBS start at once)
 RUNS=(
@@ -47,10 +52,10 @@ RUNS=(
   "pragmatic-critic-softmax-full-k4e-9-s0   --agent pragmatic-critic --policy softmax --tau 0.1 --execution full --k-cpt 4e-9 --seed 0"
   "optimistic-critic-softmax-full-k4e-9-s0  --agent optimistic-critic --policy softmax --tau 0.1 --execution full --k-cpt 4e-9 --seed 0"
   "pragmatic-critic-softmax-full-01-k4e-9-s0 --agent pragmatic-critic --policy softmax --tau 0.1 --execution full --utility-error zero_one --k-cpt 4e-9 --seed 0"
-  "threshold-lr0.1-s0                --agent threshold --lr 0.1 --seed 0"
-  "threshold-lr0.05-s0               --agent threshold --lr 0.05 --seed 0"
   "threshold-lr0.02-s0               --agent threshold --lr 0.02 --seed 0"
+  "threshold-lr0.05-s0               --agent threshold --lr 0.05 --seed 0"
   "threshold-lr0.01-s0               --agent threshold --lr 0.01 --seed 0"
+  "threshold-lr0.1-s0                --agent threshold --lr 0.1 --seed 0"
   "pragmatic-critic-eps-nosides-k4e-9-s0 --agent pragmatic-critic --policy eps-greedy --side-heads false --k-cpt 4e-9 --seed 0"
 )
 
@@ -80,7 +85,7 @@ run_one() {
   [ "$left" -gt 20 ] || { echo "$name: no time left, not started" > "$LOGDIR/$name.log"; return; }
   timeout "$left" $(pin "$GPU_CORES") $PYTHON experiments/train_agent.py --preset "$PRESET" --device "$DEVICE" --logdir "$LOGDIR" \
     --run-name "$name" --overwrite "$@" > "$LOGDIR/$name.log" 2>&1
-  echo "$(date +%T) $name exit $? ($(tail -c 300 "$LOGDIR/$name.log" | grep -o 'test accuracy [^(]*' | head -1))"
+  echo "$(date +%T) $name exit $? ($(grep -m1 -o 'test accuracy [^(]*' "$LOGDIR/$name.log"))"
 }
 export -f run_one
 export PRESET DEVICE LOGDIR DEADLINE_S started PYTHON GPU_CORES
@@ -90,8 +95,8 @@ for name in default-actor default-critic; do [ -f "$LOGDIR/$name.log" ] && tail 
 
 # one line per finished run: test and validation accuracy, MACs, margin over the README's
 # static curve, and the mean MACs of the digits' and the CIFAR images' exits
-$PYTHON - "$LOGDIR" <<'PY'
-import glob, json, sys
+(cd /tmp && $PYTHON - "$LOGDIR") <<'PY'
+import glob, json, statistics, sys
 from routing_rl.app.report import static_accuracy_at
 from routing_rl.app.summary import STATIC_REFERENCE
 curve = [(macs, acc) for _, acc, macs in STATIC_REFERENCE]
@@ -106,6 +111,17 @@ for path in sorted(glob.glob(f"{sys.argv[1]}/*/metrics.json")):
         margin = f"{100 * (e['accuracy'] - at):+7.2f}" if at is not None else "      -"
         print(f"{name:44s} {100 * e['accuracy']:7.2f} {100 * val:7.2f} {e['mean_macs'] / 1e6:6.2f}M {margin} "
               f"{by['mnist'] / 1e6:6.2f}M {by['cifar'] / 1e6:6.2f}M {m['train_seconds']:5.0f}")
+runs = {p.split("/")[-2]: json.load(open(p)) for p in glob.glob(f"{sys.argv[1]}/*/metrics.json")}
+for group in ("actor-k4e-9", "pragmatic-critic-eps-k4e-9", "static-5"):
+    seeds = [runs[f"{group}-s{s}"] for s in range(3) if f"{group}-s{s}" in runs]
+    if len(seeds) >= 2:
+        acc = [100 * r["test_accuracy"] for r in seeds]
+        macs = [r["test_mean_macs"] / 1e6 for r in seeds]
+        print(f"{group}: {len(seeds)} seeds, test accuracy {statistics.mean(acc):.2f} ± {statistics.stdev(acc):.2f}%, "
+              f"{statistics.mean(macs):.2f} ± {statistics.stdev(macs):.2f}M MACs")
+threshold = {n: r["history"][-1]["evaluations"][0]["accuracy"] for n, r in runs.items() if n.startswith("threshold-lr") and r["history"]}
+if threshold:
+    print(f"threshold: validation accuracy by lr {threshold}; chosen on validation: {max(threshold, key=threshold.get)}")
 PY
 cd "$LOGDIR" && tar -cf "$OUT/rl-critic-metrics.tar" $(ls -d */metrics.json 2>/dev/null) *.log
 echo "$(ls -d */metrics.json 2>/dev/null | wc -l) of ${#RUNS[@]} runs finished in $(( $(date +%s) - started )) s; wrote $OUT/rl-critic-metrics.tar"
