@@ -10,6 +10,7 @@
 # stopped and left out of the tar (their logs say how far they got).
 set -uo pipefail
 PRESET=${1:-cpu-small}
+QUICK=${PRESET/cpu-small/quick}  # the default preset's runs (smoke stays smoke)
 OUT=${OUT:-$PWD/out}
 LOGDIR=${LOGDIR:-/tmp/rl-critic-runs}
 DEADLINE_S=${DEADLINE_S:-400}
@@ -57,6 +58,13 @@ RUNS=(
   "threshold-lr0.01-s0               --agent threshold --lr 0.01 --seed 0"
   "threshold-lr0.1-s0                --agent threshold --lr 0.1 --seed 0"
   "pragmatic-critic-eps-nosides-k4e-9-s0 --agent pragmatic-critic --policy eps-greedy --side-heads false --k-cpt 4e-9 --seed 0"
+  # the default preset (quick) and two variants of it, for the default commands' >= 90% target
+  "quick-actor                       --preset $QUICK --agent actor"
+  "quick-critic                      --preset $QUICK --agent critic --policy eps-greedy"
+  "quick-lr400-actor                 --preset $QUICK --agent actor --lr-half-life 400"
+  "quick-lr400-critic                --preset $QUICK --agent critic --policy eps-greedy --lr-half-life 400"
+  "quick-1600-actor                  --preset $QUICK --agent actor --iterations 1600 --lr-half-life 1600 --tau-half-life 270"
+  "quick-1600-critic                 --preset $QUICK --agent critic --policy eps-greedy --iterations 1600 --lr-half-life 1600 --epsilon-half-life 200"
 )
 
 pin() { command -v taskset > /dev/null && echo "taskset -c $1"; }  # run on these cores, where taskset exists
