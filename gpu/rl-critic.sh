@@ -77,14 +77,15 @@ default_run() {
   local started_run=$(date +%s)
   OMP_NUM_THREADS=2 timeout $(( DEADLINE_S - 10 )) $(pin "$cores") $PYTHON experiments/train_agent.py --device cpu \
     --logdir "$LOGDIR" --run-name "$name" --overwrite "$@" > "$LOGDIR/$name.log" 2>&1
-  echo "$(date +%T) $name exit $? in $(( $(date +%s) - started_run )) s wall on cores $cores"
+  local status=$?
+  echo "$(date +%T) $name exit $status in $(( $(date +%s) - started_run )) s wall on cores $cores"
 }
 if [ "$PRESET" = cpu-small ]; then
   default_run default-actor 12,13 &
   default_run default-critic 14,15 --agent=critic --policy=eps-greedy &
   GPU_CORES=0-11 JOBS=$(( JOBS > 12 ? 12 : JOBS ))
 else
-  GPU_CORES=0-$(( $(nproc) - 1 ))
+  GPU_CORES=0-$(( $(getconf _NPROCESSORS_ONLN) - 1 ))
 fi
 
 run_one() {
@@ -93,7 +94,8 @@ run_one() {
   [ "$left" -gt 20 ] || { echo "$name: no time left, not started" > "$LOGDIR/$name.log"; return; }
   timeout "$left" $(pin "$GPU_CORES") $PYTHON experiments/train_agent.py --preset "$PRESET" --device "$DEVICE" --logdir "$LOGDIR" \
     --run-name "$name" --overwrite "$@" > "$LOGDIR/$name.log" 2>&1
-  echo "$(date +%T) $name exit $? ($(grep -m1 -o 'test accuracy [^(]*' "$LOGDIR/$name.log"))"
+  local status=$?
+  echo "$(date +%T) $name exit $status ($(grep -m1 -o 'test accuracy [^(]*' "$LOGDIR/$name.log"))"
 }
 export -f run_one
 export PRESET DEVICE LOGDIR DEADLINE_S started PYTHON GPU_CORES
