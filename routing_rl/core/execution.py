@@ -16,7 +16,7 @@ predictions and MACs: batch norm then treats each example on its own.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -76,7 +76,7 @@ class RoutedOutput:
     visits: dict[str, torch.Tensor]
     scores: dict[str, torch.Tensor]
     decisions: dict[str, torch.Tensor]
-    heads: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    heads: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     @property
     def pred(self) -> torch.Tensor:
@@ -88,11 +88,25 @@ def argmax_decide(junction: Junction) -> torch.Tensor:
     return junction.scores.argmax(1)
 
 
+def _split(choice: torch.Tensor, n_sinks: int) -> list[tuple[int, torch.Tensor | None]]:
+    """``[(sink number, positions), ...]`` for the sinks some example chose; positions are
+    indices into ``choice``, ascending, or None when every example chose that sink."""
+    if choice.numel() == 1:
+        return [(int(choice), None)]
+    counts = torch.bincount(choice, minlength=n_sinks).tolist()
+    if max(counts) == choice.numel():
+        return [(counts.index(choice.numel()), None)]
+    # one stable sort instead of a comparison and a nonzero per sink
+    groups = torch.argsort(choice, stable=True).split(counts)
+    return [(sink_number, positions) for sink_number, positions in enumerate(groups) if counts[sink_number]]
+
+
 def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None, side_heads: bool = False) -> RoutedOutput:
     """Run each example along the path ``decide`` picks, computing only what is on it.
 
     Differentiable: gradients reach every transform, router and head an example passed
-    through. ``k_cpt`` may be a float or a ``(B,)`` tensor (one cost per example).
+    through. ``k_cpt`` may be a float or a ``(B,)`` tensor (one cost per example). When
+    every example at a junction takes the same sink, its whole state passes on ungathered.
 
     ``side_heads``: also run, on every example at a junction, each head that is one of the
     junction's sinks (``RoutedOutput.heads``). A head's input is the junction's state, which
@@ -105,29 +119,20 @@ def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None, side_head
     net.check_k_cpt(k_cpt)
     batch = x.shape[0]
     everyone = torch.arange(batch, device=x.device)
-    logits: torch.Tensor | None = None
-    leaf = torch.empty(batch, dtype=torch.int64, device=x.device)
+    arrivals: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (leaf number, index, logits)
     visits: dict[str, torch.Tensor] = {}
     scores: dict[str, torch.Tensor] = {}
     decisions: dict[str, torch.Tensor] = {}
     heads: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     pending = [(net.root, x, everyone, k_cpt)]
-
-    def reached_leaf(name: str, index: torch.Tensor, state: torch.Tensor) -> None:
-        nonlocal logits
-        if logits is None:
-            logits = state.new_zeros(batch, state.shape[1])
-        logits = logits.index_copy(0, index, state)
-        leaf[index] = net.leaf_index[name]
-
     while pending:
         name, inputs, index, node_k_cpt = pending.pop()
         node = net.nodes[name]
         visits[name] = index
         state, descriptor, node_scores = node(inputs, node_k_cpt)
         if node.is_leaf:
+            arrivals.append((net.leaf_index[name], index, state))
             heads[name] = (index, state)
-            reached_leaf(name, index, state)
             continue
         if node_scores is None:
             pending.append((node.sinks[0], state, index, node_k_cpt))
@@ -135,28 +140,50 @@ def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None, side_head
         choice = decide(Junction(name, node_scores, descriptor, node_k_cpt, index, state))
         scores[name] = node_scores
         decisions[name] = choice
-        for sink_number, sink in enumerate(node.sinks):
-            chosen = (choice == sink_number).nonzero().squeeze(1)
-            if side_heads and net.nodes[sink].is_leaf:
-                head = net.nodes[sink]
-                head_logits = head(head.reads(state), node_k_cpt).state
-                heads[sink] = (index, head_logits)
-                if chosen.numel():
-                    visits[sink] = index[chosen]
-                    reached_leaf(sink, index[chosen], head_logits.index_select(0, chosen))
+        if side_heads:
+            for sink in node.sinks:
+                if net.nodes[sink].is_leaf:
+                    head = net.nodes[sink]
+                    heads[sink] = (index, head(head.reads(state), node_k_cpt).state)
+        for sink_number, chosen in _split(choice, len(node.sinks)):
+            sink = node.sinks[sink_number]
+            if sink in heads:  # a side head: it has run on every example here
+                _, logits = heads[sink]
+                arrived = (index, logits) if chosen is None else (index[chosen], logits.index_select(0, chosen))
+                visits[sink] = arrived[0]
+                arrivals.append((net.leaf_index[sink], *arrived))
                 continue
-            if chosen.numel() == 0:
-                continue
-            if chosen.numel() == index.numel():
+            if chosen is None:
                 pending.append((sink, state, index, node_k_cpt))
                 continue
             sink_k_cpt = node_k_cpt[chosen] if isinstance(node_k_cpt, torch.Tensor) and node_k_cpt.dim() else node_k_cpt
             pending.append((sink, take(net.nodes[sink].reads(state), chosen), index[chosen], sink_k_cpt))
+    return _assemble(net, arrivals, batch, visits, scores, decisions, heads)
+
+
+def _assemble(net: RoutedNet, arrivals, batch: int, visits, scores, decisions, heads) -> RoutedOutput:
+    """The batch's logits and leaves, in batch order, from each leaf's sub-batch."""
+    if len(arrivals) == 1:
+        number, index, logits = arrivals[0]
+        leaf = torch.full((batch,), number, dtype=torch.int64, device=index.device)
+        macs = torch.full((batch,), net.leaf_path_macs[number], dtype=torch.int64, device=index.device)
+        return RoutedOutput(logits, leaf, macs, visits, scores, decisions, heads)
+    numbers = [number for number, _, _ in arrivals]
+    sizes = [index.numel() for _, index, _ in arrivals]
+    index = torch.cat([index for _, index, _ in arrivals])
+    arrived = torch.cat([logits for _, _, logits in arrivals])
+    logits = arrived.new_empty(batch, arrived.shape[1]).index_copy(0, index, arrived)
+    leaf_of_arrival = torch.tensor(numbers, device=index.device).repeat_interleave(torch.tensor(sizes, device=index.device))
+    leaf = torch.empty(batch, dtype=torch.int64, device=index.device).index_copy_(0, index, leaf_of_arrival)
     return RoutedOutput(logits, leaf, net.leaf_macs[leaf], visits, scores, decisions, heads)
 
 
 def dynamic(net: RoutedNet, x: torch.Tensor, k_cpt=None) -> RoutedOutput:
-    """Inference: argmax routing, computing only the nodes each example is routed through."""
+    """Inference: argmax routing, computing only the nodes each example is routed through.
+
+    Runs without gradients (``no_grad``, not ``inference_mode``, so that callers may feed
+    the outputs into training); wrap a call in ``torch.inference_mode()`` for a few percent more.
+    """
     with torch.no_grad():
         return route(net, x, argmax_decide, k_cpt)
 
