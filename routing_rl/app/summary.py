@@ -8,7 +8,6 @@ static nets of the README's reproduction table (:data:`STATIC_REFERENCE`).
 from __future__ import annotations
 
 from routing_rl.app.report import static_accuracy_at
-from routing_rl.data import SOURCES
 
 STATIC_REFERENCE = (
     ("static-1", 0.8782, 1.36e6),
@@ -26,9 +25,11 @@ SOURCE_NAMES = {"mnist": "digits", "cifar": "CIFAR"}
 
 
 def exits_line(evaluation: dict) -> list[str]:
-    """Per source: how many test images leave at each exit, and their mean MACs."""
+    """Per source (MNIST/CIFAR on the paper's data; whatever sources a plug-in task names):
+    how many test examples leave at each exit, and their mean MACs."""
     lines = []
-    for source in SOURCES:
+    sources = next(iter(evaluation["leaves"].values()))["by_source"]
+    for source in sources:
         counts = [(leaf, v["by_source"][source], v["macs"]) for leaf, v in evaluation["leaves"].items()]
         total = sum(count for _, count, _ in counts)
         if not total:
@@ -58,7 +59,7 @@ def summary_text(metrics: dict) -> str:
         f"run {metrics['run']}: {metrics['agent']} on {metrics['arch']}{policy}, preset {config['preset']}, "
         f"{metrics['train_seconds']:.0f} s of training",
     ]
-    hybrid = metrics["dataset"].get("name") == "hybrid"
+    hybrid = isinstance(metrics.get("dataset"), dict) and metrics["dataset"].get("name") == "hybrid"
     for evaluation in metrics["test"]:
         label = evaluation.get("label") or (f"k_cpt {evaluation['k_cpt']:g}" if evaluation.get("k_cpt") is not None else "")
         lines.append(

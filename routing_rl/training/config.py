@@ -55,7 +55,7 @@ PRESET_VALUES: dict[str, dict] = {
                   epsilon_half_life=10_000, eval_every=5_000, checkpoint_every=5_000),
     "cpu-small": dict(iterations=4_000, batch_size=128, lr_half_life=500, tau_half_life=500,
                       epsilon_half_life=500, eval_every=250, checkpoint_every=500),
-    "quick": dict(iterations=1_200, batch_size=128, lr_half_life=1_200, tau_half_life=200,
+    "quick": dict(iterations=1_200, batch_size=128, lr_half_life=400, tau_half_life=200,
                   epsilon_half_life=150, eval_every=400, checkpoint_every=400),
     "smoke": dict(iterations=20, batch_size=16, lr_half_life=10, tau_half_life=10,
                   epsilon_half_life=10, eval_every=10, checkpoint_every=10, eval_examples=64,
