@@ -61,10 +61,10 @@ RUNS=(
   # the default preset (quick) and two variants of it, for the default commands' >= 90% target
   "quick-actor                       --preset $QUICK --agent actor"
   "quick-critic                      --preset $QUICK --agent critic --policy eps-greedy"
-  "quick-lr400-actor                 --preset $QUICK --agent actor --lr-half-life 400"
-  "quick-lr400-critic                --preset $QUICK --agent critic --policy eps-greedy --lr-half-life 400"
-  "quick-1600-actor                  --preset $QUICK --agent actor --iterations 1600 --lr-half-life 1600 --tau-half-life 270"
-  "quick-1600-critic                 --preset $QUICK --agent critic --policy eps-greedy --iterations 1600 --lr-half-life 1600 --epsilon-half-life 200"
+  "quick-lr1200-actor                --preset $QUICK --agent actor --lr-half-life 1200"
+  "quick-lr1200-critic               --preset $QUICK --agent critic --policy eps-greedy --lr-half-life 1200"
+  "quick-1600-actor                  --preset $QUICK --agent actor --iterations 1600 --lr-half-life 530 --tau-half-life 270"
+  "quick-1600-critic                 --preset $QUICK --agent critic --policy eps-greedy --iterations 1600 --lr-half-life 530 --epsilon-half-life 200"
 )
 
 pin() { command -v taskset > /dev/null && echo "taskset -c $1"; }  # run on these cores, where taskset exists
