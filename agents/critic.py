@@ -2,7 +2,8 @@
 
 Each router's score for sink ``i`` of junction ``j`` learns to predict the utility
 ``u_j^i = -c_inf(ν_j^i)``, minus the cost of inference of the subtree below that sink: its
-nodes' computation, ``k_cpt × MACs`` (transforms and routers of the subtree), plus the error
+nodes' computation, ``k_cpt × cost`` (transforms and routers of the subtree; cost in MACs or
+measured MAC-equivalents, :class:`~routing_rl.core.k_cpt.CostModel`), plus the error
 at the leaf the subtree's decisions lead to. The loss is
 
     L_cr = E[c_err] + E[Σ_{j ∈ J(d̂)} k_ure ‖s_j - u_j‖²] + c_mod,
@@ -23,9 +24,9 @@ cross-entropy.
 Two executions build the targets:
 
 **Full tree** (exact). Every node runs on the whole batch, so every subtree's cost is known
-for every example. Going up from the leaves, ``V(leaf) = k_cpt·MACs(leaf) + error(leaf)``,
-``V(node) = k_cpt·MACs(node) + V(its sink)``, and at a junction
-``Q_j^i = V(sink i)``, ``u_j = -Q_j`` and ``V(j) = k_cpt·MACs(j) + Q_j^{argmax s_j}``
+for every example. Going up from the leaves, ``V(leaf) = k_cpt·cost(leaf) + error(leaf)``,
+``V(node) = k_cpt·cost(node) + V(its sink)``, and at a junction
+``Q_j^i = V(sink i)``, ``u_j = -Q_j`` and ``V(j) = k_cpt·cost(j) + Q_j^{argmax s_j}``
 (pragmatic) or ``min_i Q_j^i`` (optimistic). c_ure and c_err are averaged over the training
 policy: each junction's term weighted by its reach probability, each leaf's error by its
 path probability.
@@ -40,7 +41,7 @@ up, with every unobserved sink valued at the critic's own estimate ``-s_j^i``:
   this recursion); with side heads (below) every exit head of ``j`` is observed too and
   gets its own target; the other sinks get none (nothing was observed there);
 * going up, ``q_i = -s_j^i`` for the unobserved sinks and the observed cost for the others,
-  and ``V(j) = k_cpt·MACs(j) + q_{argmax s_j}`` (pragmatic: the observed cost when the
+  and ``V(j) = k_cpt·cost(j) + q_{argmax s_j}`` (pragmatic: the observed cost when the
   sampled decision was the inference decision, the critic's estimate otherwise) or
   ``min_i q_i`` (optimistic: the best of the observed branches and the estimated others).
 
@@ -110,6 +111,7 @@ from routing_rl.core.costs import error_cost
 from routing_rl.data import Split
 from routing_rl.core.execution import RoutedOutput, argmax_decide, route
 from routing_rl.core.graph import FullOutput, RoutedNet
+from routing_rl.core.k_cpt import CostModel, c_cpt, expected_c_cpt
 from routing_rl.core.policies import sample
 from routing_rl.training.batchnorm import recalibrate
 
@@ -118,24 +120,20 @@ CALIBRATION_IMAGES = 4096
 statistics before each evaluation."""
 
 
-def node_costs(net: RoutedNet) -> dict[str, float]:
-    """MACs per example of each node's own transform and router."""
-    return {name: float(net.macs[name] + net.router_macs[name]) for name in net.order}
-
-
 def full_targets(
-    net: RoutedNet, output: FullOutput, errors: torch.Tensor, k_cpt: torch.Tensor, optimistic: bool
+    net: RoutedNet, output: FullOutput, errors: torch.Tensor, k_cpt: torch.Tensor, optimistic: bool,
+    cost: CostModel | None = None,
 ) -> dict[str, torch.Tensor]:
     """Exact utilities ``u_j`` ``(B, n_sinks)`` of every junction, from a full evaluation.
 
-    errors: ``(B, L)`` each leaf's error cost; k_cpt: ``(B,)``.
+    errors: ``(B, L)`` each leaf's error cost; k_cpt: ``(B,)``; cost: each node's (None: MACs).
     """
-    macs = node_costs(net)
+    node_cost = (cost or CostModel.macs(net)).node
     value: dict[str, torch.Tensor] = {}
     targets: dict[str, torch.Tensor] = {}
     for name in reversed(net.order):
         node = net.nodes[name]
-        own = k_cpt * macs[name]
+        own = c_cpt(k_cpt, node_cost[name])
         if node.is_leaf:
             value[name] = own + errors[:, net.leaf_index[name]]
         elif node.is_junction:
@@ -154,6 +152,7 @@ def sampled_targets(
     k_cpt: torch.Tensor,
     optimistic: bool,
     head_errors: dict[str, torch.Tensor] | None = None,
+    cost: CostModel | None = None,
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Utilities observed on the sampled paths; see the module docstring.
 
@@ -161,10 +160,11 @@ def sampled_targets(
     head_errors: leaf name -> ``(b,)`` error cost of the side heads that ran on every example
         at their junction (``route(..., side_heads=True)``, aligned with ``routed.heads``);
         None when only the path's own leaf ran.
+    cost: each node's (None: MACs).
     Returns junction name -> ``(targets (b, n_sinks), observed (b, n_sinks) bool)``, aligned
     with ``routed.visits[j]``: a target exists where ``observed`` is True.
     """
-    macs = node_costs(net)
+    node_cost = (cost or CostModel.macs(net)).node
     head_errors = head_errors or {}
     below = torch.zeros_like(errors)  # per example: the cost of its path below the last node processed
     targets: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -181,13 +181,13 @@ def sampled_targets(
             observed = torch.zeros_like(q, dtype=torch.bool).scatter(1, decision[:, None], True)
             for sink_number, sink in enumerate(node.sinks):
                 if sink in head_errors:
-                    q[:, sink_number] = k_cpt[index] * macs[sink] + head_errors[sink]
+                    q[:, sink_number] = c_cpt(k_cpt[index], node_cost[sink]) + head_errors[sink]
                     observed[:, sink_number] = True
             targets[name] = (-q, observed)
             rest = _subtree_cost(q, scores, optimistic)
         else:
             rest = below[index]
-        below[index] = k_cpt[index] * macs[name] + rest
+        below[index] = c_cpt(k_cpt[index], node_cost[name]) + rest
     return targets
 
 
@@ -206,11 +206,12 @@ class CriticLearner(SGDLearner):
     ``config.resolved_policy`` the training routing policy (softmax, eps-greedy, greedy).
     """
 
-    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, optimistic: bool = False):
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None,
+                 optimistic: bool = False):
         if not net.junctions:
             raise ValueError("a critic learns routing; its net needs junctions (--arch chain or tree)")
         check_error_cost(config)
-        super().__init__(net, config, device)
+        super().__init__(net, config, device, cost)
         self.optimistic = optimistic
         self.policy = training_policy(config)
         self.execution = config.resolved_execution
@@ -233,14 +234,14 @@ class CriticLearner(SGDLearner):
             p_leaf = self.paths.leaves(reach)
         errors = leaf_errors(self.net, out, labels)
         utility_errors = errors.detach() if self.same_error else leaf_errors(self.net, out, labels, self.config.utility_error)
-        targets = full_targets(self.net, out, utility_errors, k_cpt, self.optimistic)
+        targets = full_targets(self.net, out, utility_errors, k_cpt, self.optimistic, self.cost)
         regression = torch.stack(
             [(out.scores[j] - targets[j]).square().sum(1) for j in self.net.junctions], dim=1
         )
         reach_junction = reach[:, [self.paths.node_index[j] for j in self.net.junctions]]
         return {
             "c_err": (p_leaf * errors).sum(1).mean(),
-            "c_cpt": (p_leaf * k_cpt[:, None] * self.leaf_macs).sum(1).mean(),
+            "c_cpt": expected_c_cpt(p_leaf, k_cpt, self.leaf_cost),
             "c_ure": self.config.k_ure * (reach_junction * regression).sum(1).mean(),
             "c_mod": self.c_mod(reach.mean(0)),
             "reach": reach,
@@ -262,7 +263,7 @@ class CriticLearner(SGDLearner):
                 leaf: loss.detach() if self.same_error else error_cost(logits, labels[index], self.config.utility_error)
                 for (leaf, (index, logits)), loss in zip(routed.heads.items(), head_losses.values())
             }
-        targets = sampled_targets(self.net, routed, utility_errors, k_cpt, self.optimistic, head_errors)
+        targets = sampled_targets(self.net, routed, utility_errors, k_cpt, self.optimistic, head_errors, self.cost)
         squared = [
             ((routed.scores[j] - target).square() * observed).sum() for j, (target, observed) in targets.items()
         ]
@@ -274,7 +275,7 @@ class CriticLearner(SGDLearner):
         c_err = torch.stack([loss.sum() for loss in head_losses.values()]).sum() / size
         return {
             "c_err": c_err,
-            "c_cpt": (k_cpt * macs).mean(),
+            "c_cpt": c_cpt(k_cpt, self.leaf_cost[routed.leaf]).mean(),
             "c_ure": self.config.k_ure * torch.stack(squared).sum() / size,
             "c_mod": self.c_mod(reach.mean(0)),
             "reach": reach,
@@ -290,7 +291,8 @@ class CriticLearner(SGDLearner):
             return
         generator = torch.Generator().manual_seed(self.config.seed)
         pick = torch.randperm(len(train), generator=generator)[:CALIBRATION_IMAGES]
-        k_cpt = self.k_cpt_values.repeat(len(pick) // len(self.k_cpt_values) + 1)[: len(pick)] if self.config.dynamic_k_cpt else None
+        values = torch.tensor(self.k_cpt.values, dtype=self.dtype, device=self.device)
+        k_cpt = values.repeat(len(pick) // len(values) + 1)[: len(pick)] if self.k_cpt.dynamic else None
         recalibrate(self.net, train.images[pick.to(train.images.device)].to(self.device), argmax_decide, k_cpt)
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:

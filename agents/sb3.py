@@ -58,7 +58,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import VecMonitor
 
 from routing_rl.training.config import SB3_AGENTS, TrainConfig
-from routing_rl.core.costs import K_CPT_VALUES
+from routing_rl.core.k_cpt import CostModel, eval_values
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import Decide, Junction
@@ -211,14 +211,15 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: Path, device: torch.device,
-              callbacks: Sequence[BaseCallback] = (), resume: bool = False) -> SB3Result:
+              callbacks: Sequence[BaseCallback] = (), resume: bool = False, cost: CostModel | None = None) -> SB3Result:
     """Train ``config.agent`` (dqn, ppo or a2c) for ``config.iterations`` environment steps
     on ``task`` (a dataset in memory: the paper's image task on it).
 
     ``callbacks`` are extra SB3 callbacks. ``resume`` continues from the newest checkpoint in
     ``run_dir/checkpoints`` (policy, feature net and its optimiser; DQN's replay buffer
     starts empty again). Writes TensorBoard/CSV logs, checkpoints, ``best_model.zip`` (best
-    validation return) and ``model.zip`` into ``run_dir``.
+    validation return) and ``model.zip`` into ``run_dir``. The envs' rewards charge ``k_cpt ×
+    cost`` (None: the nodes' MACs).
     """
     env_id = config.env if isinstance(task, RoutingTask) else None  # a dataset in memory has no id to rebuild from
     task = task if isinstance(task, RoutingTask) else ImageTask(task)
@@ -230,7 +231,8 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     train_part, validation, _ = training_splits(config, task.dataset())
     n_envs = int(config.extra.get("n_envs", 64))
     net = task.make_net(config.arch, config.width, seed=config.seed, device=device)  # the agent reads k_cpt, not the routers
-    env_kwargs = dict(task=task, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost, clip_actions=True)
+    env_kwargs = dict(task=task, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost, clip_actions=True,
+                      cost=cost)
     joint = JointTraining.from_config(config)
     env = VecMonitor(RoutingSB3VecEnv(n_envs, seed=config.seed, split=train_part, train=True, joint=joint, **env_kwargs))
     eval_env = VecMonitor(RoutingSB3VecEnv(min(n_envs, len(validation)), seed=config.seed + 1, split=validation,
@@ -251,7 +253,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
         history = []
     model.set_logger(configure(str(run_dir), ["csv", "tensorboard"]))
 
-    k_cpts = list(K_CPT_VALUES) if config.dynamic_k_cpt else [float(config.k_cpt)]
+    k_cpts = eval_values(config.k_cpt)
     validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),
                                      history_path, history, task)
 

@@ -5,12 +5,13 @@ One chain is trained with a head at every column and the cross-entropies of all 
 first head whose **maximum softmax probability** reaches that head's threshold; the last head
 takes everyone left.
 
-Thresholds are chosen on a validation split for a MAC budget, following MSDNet's
+Thresholds are chosen on a validation split for a cost budget (MACs, or MAC-equivalents under
+a measured-latency :class:`~routing_rl.core.k_cpt.CostModel`), following MSDNet's
 budgeted-batch protocol (Huang et al., 2018): for a parameter ``q`` the fraction of examples
 meant to exit at head ``k`` is ``q^k / Σ_i q^i``; walking down the chain, head ``k``'s threshold
 is set so that exactly that fraction of the validation split (among examples still present)
 exits there. ``q`` is then searched (bisection on ``log q``) for the most expensive
-thresholds whose mean validation MACs stay within the budget.
+thresholds whose mean validation cost stays within the budget.
 
 Costs are counted by the shared evaluator, like every other learner: the MACs of the path to
 the exit, which includes the routers on the way (unused here) but not the earlier heads the
@@ -32,6 +33,7 @@ from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
 from routing_rl.core.execution import Decide, Junction
 from routing_rl.core.graph import RoutedNet
+from routing_rl.core.k_cpt import CostModel
 
 LOG_Q_RANGE = (-20.0, 20.0)
 """Bisection range of log q: from (nearly) everyone at the first head to everyone at the last."""
@@ -81,15 +83,17 @@ class ThresholdLearner(SGDLearner):
     """Trains every head of a chain and exits early on confidence thresholds.
 
     The thresholds start at +inf (everyone runs to the last head) until
-    :meth:`fit_thresholds` sets them for a MAC budget; :meth:`decide` routes with the current
+    :meth:`fit_thresholds` sets them for a cost budget; :meth:`decide` routes with the current
     ones, :meth:`threshold_decide` with any.
     """
 
-    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device):
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None):
         check_error_cost(config)
         self.stages, self.exit_sink = _chain_stages(net)
-        super().__init__(net, config, device, regularise_routers=False)
-        self.stage_macs = net.leaf_macs[[net.leaf_index[leaf] for leaf in self.stages]].double()
+        super().__init__(net, config, device, cost, regularise_routers=False)
+        stages = [net.leaf_index[leaf] for leaf in self.stages]
+        self.stage_macs = net.leaf_macs[stages].double().cpu()
+        self.stage_cost = self.cost.leaf[stages]
         self.position = {name: k for k, name in enumerate(net.junctions)}
         self.thresholds = torch.full((len(net.junctions),), math.inf, dtype=torch.float64)
 
@@ -126,23 +130,22 @@ class ThresholdLearner(SGDLearner):
             self.net.train(was_training)
         return torch.cat(confidence), torch.cat(correct)
 
-    def fit_thresholds(self, validation: Split, mac_budget: float) -> torch.Tensor:
-        """Choose (and keep) thresholds whose mean MACs on ``validation`` stay within
-        ``mac_budget``; returns them ``(K-1,)``, one per junction in ``net.junctions``."""
-        (result,) = self.calibrate(validation, [mac_budget])
+    def fit_thresholds(self, validation: Split, budget: float) -> torch.Tensor:
+        """Choose (and keep) thresholds whose mean cost on ``validation`` stays within
+        ``budget``; returns them ``(K-1,)``, one per junction in ``net.junctions``."""
+        (result,) = self.calibrate(validation, [budget])
         self.thresholds = torch.tensor(result["thresholds"], dtype=torch.float64)
         return self.thresholds
 
     def calibrate(self, validation: Split, budgets: Sequence[float]) -> list[dict]:
-        """For each MAC budget: ``budget``, ``thresholds``, and the ``accuracy`` and
-        ``mean_macs`` they give on ``validation``. Does not change :attr:`thresholds`."""
+        """For each cost budget: ``budget``, ``thresholds``, and the ``accuracy``, ``mean_cost``
+        and ``mean_macs`` they give on ``validation``. Does not change :attr:`thresholds`."""
         confidence, correct = self.confidences(validation)
 
-        def outcome(log_q: float) -> tuple[torch.Tensor, float, float]:
+        def outcome(log_q: float) -> tuple[torch.Tensor, torch.Tensor, float]:
             thresholds = thresholds_for_fractions(confidence, geometric_fractions(math.exp(log_q), len(self.stages)))
             stage = exit_stages(confidence, thresholds)
-            accuracy = correct.gather(1, stage[:, None]).double().mean()
-            return thresholds, float(accuracy), float(self.stage_macs.cpu()[stage].mean())
+            return thresholds, stage, float(self.stage_cost[stage].mean())
 
         results = []
         for budget in budgets:
@@ -150,13 +153,15 @@ class ThresholdLearner(SGDLearner):
             for _ in range(BISECTION_STEPS):
                 middle = (low + high) / 2
                 low, high = (middle, high) if outcome(middle)[2] <= budget else (low, middle)
-            thresholds, accuracy, mean_macs = outcome(low)
-            results.append({"budget": float(budget), "thresholds": thresholds.tolist(), "accuracy": accuracy, "mean_macs": mean_macs})
+            thresholds, stage, mean_cost = outcome(low)
+            results.append({"budget": float(budget), "thresholds": thresholds.tolist(),
+                            "accuracy": float(correct.gather(1, stage[:, None]).double().mean()),
+                            "mean_cost": mean_cost, "mean_macs": float(self.stage_macs[stage].mean())})
         return results
 
     def budget_grid(self, points: int = 8) -> list[float]:
-        """MAC budgets spaced geometrically from the first head's cost to the last's."""
-        low, high = float(self.stage_macs[0]), float(self.stage_macs[-1])
+        """Cost budgets spaced geometrically from the first head's cost to the last's."""
+        low, high = float(self.stage_cost[0]), float(self.stage_cost[-1])
         return torch.logspace(math.log10(low), math.log10(high), points, dtype=torch.float64).tolist()
 
     def threshold_decide(self, thresholds: torch.Tensor) -> Decide:
@@ -173,12 +178,13 @@ class ThresholdLearner(SGDLearner):
         return decide
 
     def evaluation_points(self, validation: Split) -> list[tuple[dict, float, Decide]]:
-        """Three MAC budgets between the first and the last head's cost, thresholds fitted on
-        ``validation`` for each: the baseline's accuracy/MAC curve."""
+        """Three cost budgets between the first and the last head's cost, thresholds fitted on
+        ``validation`` for each: the baseline's accuracy/cost curve."""
         points = []
         for budget in self.budget_grid(EVALUATION_BUDGETS + 2)[1:-1]:
             thresholds = self.fit_thresholds(validation, budget)
-            points.append(({"mac_budget": budget, "label": f"budget {budget:.3g} MACs"}, float(self.config.k_cpt),
+            fields = {"budget": budget, "budget_unit": self.cost.unit, "label": f"budget {budget:.3g} {self.cost.unit}"}
+            points.append((fields, float(self.config.k_cpt),
                            self.threshold_decide(thresholds)))
         return points
 

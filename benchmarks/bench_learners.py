@@ -26,7 +26,15 @@ before them) minus its resident set before them — the high-water mark of the m
 steps added (activations kept for backward, gradients, momentum). (Not ``ru_maxrss``: on
 Linux a child process inherits its parent's peak through fork and exec.)
 
+* ``{static8,actor_chain}_{channels_last,compiled,channels_last_compiled}_speedup`` — eager
+  step time / step time with ``--channels-last``, ``--compile`` or both
+  (:mod:`routing_rl.training.acceleration`), timed in turns with the eager learner after
+  the first (compiling) steps, whose time is ``*_first_steps_seconds``. Target on the CPU:
+  >= 1.5 for both steps. ``*_paper_schedule_minutes``: the paper's 80,000 iterations at the
+  measured step time (target on one H100-class GPU: <= 5 minutes per net).
+
     python benchmarks/bench_learners.py            # prints the JSON result, on the CPU
+    python benchmarks/bench_learners.py --only-accelerated --device cuda --repeats 50
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from bench_execution import EXIT_FRACTIONS, set_exit_fractions
 from routing_rl.agents.registry import make_learner
 from timing import sync
 
+from routing_rl.training.acceleration import compiler_missing
 from routing_rl.training.config import make_config
 from routing_rl.data import Split
 
@@ -61,6 +70,50 @@ def _batch(device: torch.device, seed: int = 0) -> Split:
 
 def _learner(device: torch.device, **overrides):
     return make_learner(make_config("paper", **overrides), CLASSES, device)
+
+
+PAPER_ITERATIONS = 80_000
+ACCELERATED_CASES = {"static8": dict(agent="static", arch="static-8"), "actor_chain": dict(agent="actor", arch="chain")}
+ACCELERATIONS = {"channels_last": dict(channels_last=True), "compiled": dict(compile=True),
+                 "channels_last_compiled": dict(channels_last=True, compile=True)}
+
+
+class _Autocast:
+    """A learner whose steps run under bf16 autocast (a measurement, not an option: the
+    learners' results would change beyond float rounding)."""
+
+    def __init__(self, learner, device: torch.device):
+        self.learner, self.device = learner, device
+
+    def train_step(self, batch, iteration):
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            return self.learner.train_step(batch, iteration)
+
+
+def accelerated_comparison(device: torch.device, repeats: int = 7, modes: tuple[str, ...] | None = None) -> dict:
+    """Eager against ``--channels-last``, ``--compile``, both (and on CUDA bf16 autocast) for
+    static-8 and the actor chain, timed in turns after each learner's first (compiling) steps."""
+    if modes is None:
+        modes = tuple(m for m, o in ACCELERATIONS.items() if not o.get("compile") or compiler_missing(device) is None)
+        modes += ("bf16_autocast",) if device.type == "cuda" else ()
+    out = {}
+    for name, overrides in ACCELERATED_CASES.items():
+        learners = {"eager": _learner(device, **overrides)}
+        for mode in modes:
+            if mode == "bf16_autocast":
+                learners[mode] = _Autocast(_learner(device, **overrides), device)
+            else:
+                learners[mode] = _learner(device, **ACCELERATIONS[mode], **overrides)
+            start = time.perf_counter()
+            _alternating_step_seconds({mode: learners[mode]}, device, repeats=0, warmup=2)
+            out[f"{name}_{mode}_first_steps_seconds"] = time.perf_counter() - start
+        times = _alternating_step_seconds(learners, device, repeats)
+        for mode in learners:
+            out[f"{name}_{mode}_step_seconds"] = statistics.median(times[mode])
+            out[f"{name}_{mode}_paper_schedule_minutes"] = out[f"{name}_{mode}_step_seconds"] * PAPER_ITERATIONS / 60
+            if mode != "eager":
+                out[f"{name}_{mode}_speedup"] = _ratio(times, "eager", mode)
+    return out
 
 
 def _alternating_step_seconds(learners: dict, device: torch.device, repeats: int, warmup: int = 2) -> dict[str, list[float]]:
@@ -140,6 +193,7 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
             device, repeats,
         )
         tree = _alternating_step_seconds({mode: _learner(device, **o) for mode, o in CRITIC_MODES.items()}, device, tree_repeats)
+        accelerated = accelerated_comparison(device, repeats)
         step_threads = torch.get_num_threads()
     finally:
         torch.set_num_threads(threads)
@@ -161,7 +215,10 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
         "critic_tree_sampled_peak_bytes": memory["sampled"]["peak_bytes"],
         "sampled_vs_full_peak_memory_ratio": memory["sampled"]["peak_bytes"] / memory["full"]["peak_bytes"],
         "peak_memory_method": memory["full"]["method"],
-        "targets": "actor_step_ratio <= 1.3; sampled_vs_full_step_ratio < 1; sampled_vs_full_peak_memory_ratio < 1",
+        **accelerated,
+        "compile_skipped": compiler_missing(device),
+        "targets": "actor_step_ratio <= 1.3; sampled_vs_full_step_ratio < 1; sampled_vs_full_peak_memory_ratio < 1; "
+                   "static8 and actor_chain *_speedup >= 1.5 (CPU)",
     }
 
 
@@ -169,9 +226,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--memory-probe", choices=sorted(CRITIC_MODES), help=argparse.SUPPRESS)
+    parser.add_argument("--only-accelerated", action="store_true", help="only eager against --channels-last/--compile, current threads")
+    parser.add_argument("--repeats", type=int, default=7, help="timed steps per learner (default: 7)")
+    parser.add_argument("--modes", nargs="+", choices=[*ACCELERATIONS, "bf16_autocast"], help="with --only-accelerated: these only")
     args = parser.parse_args()
     device = torch.device(args.device)
-    result = memory_probe(args.memory_probe, device) if args.memory_probe else run(device)
+    if args.memory_probe:
+        result = memory_probe(args.memory_probe, device)
+    elif args.only_accelerated:
+        result = {"device": str(device), "threads": torch.get_num_threads(), **accelerated_comparison(device, args.repeats, args.modes and tuple(args.modes))}
+    else:
+        result = run(device, args.repeats)
     print(json.dumps(result, indent=None if args.memory_probe else 1))
 
 

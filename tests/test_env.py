@@ -13,12 +13,12 @@ from routing_rl.envs.registration import ENV_DATASETS
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import routing_rl  # noqa: F401  (registers the ids)
-from routing_rl.core.costs import K_CPT_VALUES, error_cost
+from routing_rl.core.costs import error_cost
+from routing_rl.core.k_cpt import K_CPT_SCALE, K_CPT_VALUES
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import route
 from routing_rl.nets.multiscale import chain, static
-from routing_rl.nets.router import K_CPT_SCALE
 
 
 def tiny_dataset(n=24, classes=3, shape=(3, 32, 32), seed=0):

@@ -32,6 +32,9 @@ HELP = {
     "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent; a plug-in task names its own",
     "width": "channel multiplier of every column",
     "k_cpt": "cost per MAC, e.g. 4e-9, or 'dynamic' (sampled per example, routers read it)",
+    "cost": "what k_cpt is charged per: macs, or latency (each node timed on this device, in MAC-equivalents)",
+    "latency_batch": "batch size the latency cost is profiled at (default: --batch-size)",
+    "latency_profile": "latency profile JSON measured on the inference device (experiments/profile_latency.py); default: profile on --device",
     "preset": "schedule preset: " + ", ".join(PRESETS),
     "iterations": "training iterations (environment steps for dqn, ppo, a2c)",
     "batch_size": "examples per training iteration",
@@ -46,6 +49,8 @@ HELP = {
     "k_ure": "utility regression error weight (critics)",
     "k_l2": "L2 weight of the activated layers' weights",
     "talr": "throughput-adjusted learning rates (Section 4.5)",
+    "channels_last": "convolutions in channels-last memory format: faster steps on CPUs, same results up to rounding",
+    "compile": "torch.compile the full-tree step (compiles for minutes at the first step)",
     "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, sampled for eps-greedy/greedy)",
     "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is computed)",
     "error_cost": "c_err: cross_entropy or zero_one",
@@ -118,7 +123,7 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
             converter = _bool
         elif field.name == "seed":
             converter = _non_negative_int
-        elif kind is int or field.name in ("eval_examples", "train_examples"):
+        elif kind is int or field.name in ("eval_examples", "train_examples", "latency_batch"):
             converter = _positive_int
         elif kind is float or field.name in ("tau", "epsilon"):
             converter = _number
@@ -138,12 +143,6 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in HIDDEN}
     preset = values.pop("preset") or DEFAULT_PRESET
-    k_cpt = values.get("k_cpt")
-    if k_cpt is not None and k_cpt != "dynamic":
-        try:
-            values["k_cpt"] = float(k_cpt)
-        except ValueError:
-            raise ValueError(f"--k-cpt must be a number >= 0 or 'dynamic', got {k_cpt!r}") from None
     from routing_rl.app.runs import task_for
 
     task = task_for(values)

@@ -3,6 +3,7 @@
 A run directory holds::
 
     config.json       the TrainConfig, written before training starts
+    cost.json         with --cost latency: the measured profile and each node's cost
     checkpoint.pt     written atomically every checkpoint_every iterations, at the end, on Ctrl-C
     events.out.tfevents.*   TensorBoard
     metrics.json      the final evaluation on the test split (written last: its presence
@@ -28,6 +29,7 @@ from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.task import RoutingTask, task_from_env
 from routing_rl.app.describe import summary
 from routing_rl.training.evaluate import evaluate
+from routing_rl.training.cost import run_cost_model
 from routing_rl.training.monitor import Monitor
 from routing_rl.training.splits import RunError, training_splits
 
@@ -162,15 +164,22 @@ def train(
         dataset, train_part, validation, test = prepare_data(config, task)
     except ValueError as error:  # unknown dataset names and the like: the user's to fix
         raise RunError(str(error)) from None
+    from routing_rl.agents.registry import build_net
+
+    try:
+        cost = run_cost_model(config, build_net(config, task, device), run_dir)
+    except ValueError as error:  # a latency profile of another net, or unreadable
+        raise RunError(str(error)) from None
     if config.agent in SB3_AGENTS:
         from routing_rl.agents.sb3 import train_sb3
 
         started = time.perf_counter()
-        result = train_sb3(config, task, run_dir, device, resume=resume is not None)
+        result = train_sb3(config, task, run_dir, device, resume=resume is not None, cost=cost)
         net, evaluations = result.net, result.evaluations(task.examples(test))
         history, wall = result.history, time.perf_counter() - started
     else:
-        net, evaluations, history, wall = _train_learner(config, task, train_part, validation, test, run_dir, device, resume)
+        net, evaluations, history, wall = _train_learner(config, task, train_part, validation, test, run_dir, device,
+                                                         resume, cost)
     metrics = {
         "run": str(run_dir),
         "agent": config.agent,
@@ -181,6 +190,7 @@ def train(
         "test": evaluations,
         "train_seconds": wall,
         "env": config.env,
+        "cost": cost.to_json(),
         "dataset": dataset.description,
         "classes": list(task.classes),
         "sources": list(task.sources),
@@ -192,12 +202,12 @@ def train(
     return metrics
 
 
-def _train_learner(config, task, train_part, validation, test, run_dir, device, resume):
+def _train_learner(config, task, train_part, validation, test, run_dir, device, resume, cost):
     from routing_rl.agents.registry import make_learner
     from routing_rl.app.plots import node_link_figure
     from routing_rl.app.trainer import fit
 
-    learner = make_learner(config, task, device)
+    learner = make_learner(config, task, device, cost)
     train_part, validation, test = task.examples(train_part), task.examples(validation), task.examples(test)
     checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device) if resume else None
     start = checkpoint["training_state"]["iteration"] if checkpoint else 0

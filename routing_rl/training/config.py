@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing_rl.core.costs import ERROR_COSTS, check_k_cpt
+from routing_rl.core.costs import ERROR_COSTS
+from routing_rl.core.k_cpt import COSTS, DYNAMIC, check_k_cpt
 from routing_rl.nets.multiscale import arch_names
 
 AGENTS = ("static", "actor", "pragmatic-critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
@@ -34,7 +35,7 @@ EXECUTIONS = ("full", "sampled")
 PRESETS = ("smoke", "quick", "cpu-small", "paper")
 DEFAULT_PRESET = "quick"
 SB3_AGENTS = ("dqn", "ppo", "a2c")
-RESUME_OVERRIDES = ("device", "data_dir", "download")
+RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
 
 AGENT_POLICIES = {
@@ -75,6 +76,9 @@ class TrainConfig:
     arch: str | None = None  # None: the task's default (static-8 for the static agent, chain for the others)
     width: int = 1
     k_cpt: float | str = 4e-9  # a cost per MAC, or "dynamic" (sampled from K_CPT_VALUES)
+    cost: str = "macs"  # what c_cpt charges: "macs", or "latency" (measured, in MAC-equivalents)
+    latency_batch: int | None = None  # batch size the latency is profiled at; None: batch_size
+    latency_profile: str | None = None  # a profile JSON measured on the inference device; None: profile here
     preset: str = DEFAULT_PRESET
     iterations: int = 4_000
     batch_size: int = 128
@@ -89,6 +93,8 @@ class TrainConfig:
     k_ure: float = 0.001
     k_l2: float = 1e-4
     talr: bool = True
+    channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
+    compile: bool = False  # torch.compile of the full evaluation
     execution: str | None = None  # None: full tree for the actor and softmax critics, sampled for ε-greedy/greedy
     side_heads: bool = True  # sampled critics: train every head whose input the path computed
     error_cost: str = "cross_entropy"
@@ -112,7 +118,7 @@ class TrainConfig:
 
     @property
     def dynamic_k_cpt(self) -> bool:
-        return self.k_cpt == "dynamic"
+        return self.k_cpt == DYNAMIC
 
     @property
     def resolved_policy(self) -> str | None:
@@ -168,8 +174,16 @@ class TrainConfig:
             raise ValueError(f"threshold early exit puts a head on every column of a chain, got --arch {self.arch}; use --arch chain")
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        if self.k_cpt != "dynamic":
-            self.k_cpt = check_k_cpt(self.k_cpt)
+        self.k_cpt = check_k_cpt(self.k_cpt)
+        if self.cost not in COSTS:
+            raise ValueError(f"unknown cost {self.cost!r}; choose one of {', '.join(COSTS)}")
+        if self.latency_batch is not None and (isinstance(self.latency_batch, bool) or not isinstance(self.latency_batch, int)
+                                               or self.latency_batch < 1):
+            raise ValueError(f"latency_batch must be a positive integer, got {self.latency_batch!r}")
+        if self.cost != "latency" and (self.latency_batch is not None or self.latency_profile is not None):
+            raise ValueError("--latency-batch and --latency-profile belong to the latency cost; add --cost latency")
+        if self.compile and self.agent in SB3_AGENTS:
+            raise ValueError(f"--compile speeds up the gradient learners' steps; {self.agent} trains through SB3, drop --compile")
         if self.dynamic_k_cpt and self.agent in ("static", "threshold"):
             raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
         for name in ("error_cost", "utility_error"):
