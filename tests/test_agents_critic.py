@@ -231,3 +231,19 @@ def test_sampled_critics_recompute_batch_norm_statistics_before_evaluation(execu
     with torch.no_grad():  # every image passes column 1: its statistics are those of all 40 images
         z = net.nodes["col1"].transform.convs[0](train.images)
     torch.testing.assert_close(norm.running_mean, z.mean((0, 2, 3)), rtol=1e-4, atol=1e-5)
+
+
+def test_side_heads_are_trained_but_never_charged():
+    torch.manual_seed(0)
+    net = chain(classes=3)
+    config = make_config("smoke", agent="critic", policy="eps-greedy", epsilon=1.0, k_cpt=1e-6)
+    learner = CriticLearner(net, config, CPU)
+    terms = learner.losses(Split(torch.rand(16, 3, 32, 32), torch.randint(0, 3, (16,)), torch.zeros(16, dtype=torch.long)), 0)
+    columns = [learner.paths.node_index[f"col{k}"] for k in range(1, 9)]
+    heads = [learner.paths.node_index[f"exit{k}"] for k in range(1, 9)]
+    reach = terms["reach"]
+    assert torch.equal(reach[:, heads[:7]], reach[:, columns[:7]]), "every column passed runs its exit head"
+    path_macs = sum(reach[:, c] * (net.macs[f"col{k + 1}"] + net.router_macs[f"col{k + 1}"]) for k, c in enumerate(columns))
+    exits = reach[:, columns].sum(1).long() - 1  # the last column passed is where the example left
+    head_macs = torch.tensor([net.macs[f"exit{k + 1}"] for k in range(8)], dtype=reach.dtype)[exits]
+    assert float(terms["c_cpt"]) == pytest.approx(1e-6 * float((path_macs + head_macs).mean()), rel=1e-5)
