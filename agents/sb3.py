@@ -233,7 +233,7 @@ def sb3_kwargs(config: TrainConfig, n_envs: int) -> dict:
     kwargs = dict(SB3_DEFAULTS[config.agent], gamma=1.0)
     images = config.iterations * config.batch_size
     if config.agent == "dqn":
-        kwargs.update(exploration_final_eps=config.epsilon, gradient_steps=max(1, n_envs // 64),
+        kwargs.update(exploration_final_eps=config.resolved_epsilon, gradient_steps=max(1, n_envs // 64),
                       buffer_size=int(np.clip(images // 2, 1_000, 100_000)),
                       learning_starts=int(np.clip(images // 100, 64, 5_000)),
                       target_update_interval=max(n_envs, int(np.clip(images // 50, 64, 10_000))))

@@ -4,6 +4,11 @@
   the exact expectation over the 8 paths, c_mod, c_dec, TALR) / one static-8 step (8
   columns, one head, cross-entropy, c_mod). Target <= 1.3: the full evaluation computes
   little besides the static net's columns, and the expectation is a few small tensor ops.
+* ``sampled_critic_step_ratio`` — one step of the pragmatic critic with sampled decisions
+  (ε-greedy, side heads) on the chain / one static-8 step, with the chain's routers set as in
+  ``bench_execution`` (half the examples exit after column 1, a quarter after column 3, the
+  rest run to the end: about 7.7M MACs per image, near a trained k_cpt 4e-9 net). With
+  ``actor_step_ratio`` it puts the learners side by side, also as ``*_images_per_second``.
 * ``sampled_vs_full_step_ratio`` and ``sampled_vs_full_peak_memory_ratio`` — the pragmatic
   critic on the tree (47 columns; an example runs through at most 8), sampled decisions
   against the full tree. Targets: both < 1.
@@ -49,6 +54,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_execution import EXIT_FRACTIONS, set_exit_fractions
 from routing_rl.agents.registry import make_learner
 from routing_rl.agents.sb3 import ALGORITHMS, sb3_kwargs
 from routing_rl.agents.sb3_callbacks import ImageBudget
@@ -139,8 +145,8 @@ def _ratio(times: dict[str, list[float]], numerator: str, denominator: str) -> f
 
 
 CRITIC_MODES = {
-    "full": dict(agent="critic", arch="tree", execution="full"),
-    "sampled": dict(agent="critic", arch="tree", execution="sampled"),
+    "full": dict(agent="pragmatic-critic", arch="tree", execution="full"),
+    "sampled": dict(agent="pragmatic-critic", arch="tree", execution="sampled"),
 }
 
 
@@ -185,8 +191,14 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
     if device.type == "cpu":
         torch.set_num_threads(1)
     try:
+        critic = _learner(device, agent="pragmatic-critic", arch="chain", policy="eps-greedy")
+        set_exit_fractions(critic.net, _batch(device).images, EXIT_FRACTIONS)
         chain = _alternating_step_seconds(
-            {"static-8": _learner(device, agent="static", arch="static-8"), "actor": _learner(device, agent="actor", arch="chain")},
+            {
+                "static-8": _learner(device, agent="static", arch="static-8"),
+                "actor": _learner(device, agent="actor", arch="chain"),
+                "sampled-critic": critic,
+            },
             device, repeats,
         )
         tree = _alternating_step_seconds({mode: _learner(device, **o) for mode, o in CRITIC_MODES.items()}, device, tree_repeats)
@@ -203,6 +215,9 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
         "static8_step_seconds": statistics.median(chain["static-8"]),
         "actor_chain_step_seconds": statistics.median(chain["actor"]),
         "actor_step_ratio": _ratio(chain, "actor", "static-8"),
+        "sampled_critic_chain_step_seconds": statistics.median(chain["sampled-critic"]),
+        "sampled_critic_step_ratio": _ratio(chain, "sampled-critic", "static-8"),
+        **{f"{name.replace('-', '_')}_images_per_second": BATCH_SIZE / statistics.median(seconds) for name, seconds in chain.items()},
         "critic_tree_full_step_seconds": statistics.median(tree["full"]),
         "critic_tree_sampled_step_seconds": statistics.median(tree["sampled"]),
         "sampled_vs_full_step_ratio": _ratio(tree, "sampled", "full"),

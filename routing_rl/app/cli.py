@@ -25,7 +25,7 @@ from routing_rl.training.config import (
 from routing_rl.data import DataNotFoundError
 
 HELP = {
-    "agent": "learner: " + ", ".join(AGENTS),
+    "agent": "learner: " + ", ".join(AGENTS) + " (critic: pragmatic-critic)",
     "policy": "training routing policy: " + ", ".join(POLICIES) + " (default: the agent's own)",
     "env": "routing task id: a routing_rl/ id, or PKG.MODULE:TaskId-v0 for a task your package registers (docs/plugins.md)",
     "dataset": "the paper's dataset name (mnist, cifar10, cifar2, cifar5, hybrid) for its image envs; default: the env's",
@@ -43,7 +43,7 @@ HELP = {
     "momentum": "SGD momentum",
     "tau": "initial softmax temperature of the training routing policy (default: 1.0 actor, 0.1 critics)",
     "tau_half_life": "iterations for tau to halve",
-    "epsilon": "initial exploration rate of the eps-greedy policy",
+    "epsilon": "initial exploration rate of the eps-greedy policy (default: 1.0 critics, annealed; DQN: its final rate, 0.1)",
     "epsilon_half_life": "iterations for epsilon to halve",
     "k_dec": "cost of decisiveness (actor): k_dec * |s_j|^2 per junction",
     "k_ure": "utility regression error weight (critics)",
@@ -53,6 +53,7 @@ HELP = {
     "compile": "torch.compile the full-tree step (compiles for minutes at the first step)",
     "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, sampled for critics with "
                  "eps-greedy/greedy; for dqn, ppo, a2c: how the env trains the features)",
+    "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is computed)",
     "error_cost": "c_err: cross_entropy or zero_one",
     "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant)",
     "probability_floor": "smallest routing probability of any sink during training",
@@ -137,7 +138,7 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
             converter = _non_negative_int
         elif kind is int or field.name in ("eval_examples", "train_examples", "latency_batch"):
             converter = _positive_int
-        elif kind is float or field.name == "tau":
+        elif kind is float or field.name in ("tau", "epsilon"):
             converter = _number
         else:
             converter = str
@@ -148,6 +149,7 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory of the same name")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    parser.add_argument("--json", action="store_true", help="at the end, print the final metrics as JSON instead of the summary")
     return parser
 
 
@@ -166,6 +168,7 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     from routing_rl.app.runs import RunError, train
+    from routing_rl.app.summary import summary_text
     from routing_rl.core.memory import retain_freed_memory
 
     retain_freed_memory()
@@ -186,8 +189,10 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted; the last checkpoint is saved, continue with --resume", file=sys.stderr)
         return 130
-    summary = {k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}
-    print(json.dumps(summary, indent=2))
+    if args.json:
+        print(json.dumps({k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}, indent=2))
+    else:
+        print(summary_text(metrics))
     return 0
 
 

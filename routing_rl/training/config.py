@@ -35,7 +35,9 @@ from routing_rl.core.costs import ERROR_COSTS
 from routing_rl.core.k_cpt import COSTS, DYNAMIC, check_k_cpt
 from routing_rl.nets.multiscale import arch_names
 
-AGENTS = ("static", "actor", "critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
+AGENTS = ("static", "actor", "pragmatic-critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
+AGENT_ALIASES = {"critic": "pragmatic-critic"}
+"""Other names an agent answers to; a config stores the agent's own name."""
 POLICIES = ("softmax", "eps-greedy", "greedy")
 EXECUTIONS = ("full", "sampled")
 PRESETS = ("smoke", "quick", "cpu-small", "paper")
@@ -48,7 +50,7 @@ AGENT_POLICIES = {
     "static": (),
     "threshold": (),
     "actor": ("softmax",),
-    "critic": ("softmax", "eps-greedy", "greedy"),
+    "pragmatic-critic": ("softmax", "eps-greedy", "greedy"),
     "optimistic-critic": ("softmax", "eps-greedy", "greedy"),
     "dqn": ("eps-greedy",),
     "ppo": ("softmax",),
@@ -62,8 +64,8 @@ PRESET_VALUES: dict[str, dict] = {
                   epsilon_half_life=10_000, eval_every=5_000, checkpoint_every=5_000),
     "cpu-small": dict(iterations=4_000, batch_size=128, lr_half_life=500, tau_half_life=500,
                       epsilon_half_life=500, eval_every=250, checkpoint_every=500),
-    "quick": dict(iterations=600, batch_size=128, lr_half_life=75, tau_half_life=75,
-                  epsilon_half_life=75, eval_every=100, checkpoint_every=100, eval_examples=2_000),
+    "quick": dict(iterations=1_200, batch_size=128, lr_half_life=400, tau_half_life=200,
+                  epsilon_half_life=150, eval_every=400, checkpoint_every=400),
     "smoke": dict(iterations=20, batch_size=16, lr_half_life=10, tau_half_life=10,
                   epsilon_half_life=10, eval_every=10, checkpoint_every=10, eval_examples=64,
                   train_examples=256),
@@ -95,7 +97,7 @@ class TrainConfig:
     momentum: float = 0.9
     tau: float | None = None  # None: 1.0 for the actor, 0.1 for critics
     tau_half_life: int = 500
-    epsilon: float = 0.1
+    epsilon: float | None = None  # None: 1.0 for critics (annealed), 0.1 for DQN (its final ε)
     epsilon_half_life: int = 500
     k_dec: float = 0.01
     k_ure: float = 0.001
@@ -104,6 +106,7 @@ class TrainConfig:
     channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
     compile: bool = False  # torch.compile of the full evaluation
     execution: str | None = None  # None: full tree (actor, softmax critics, SB3 joint training), sampled for ε-greedy/greedy
+    side_heads: bool = True  # sampled critics: train every head whose input the path computed
     error_cost: str = "cross_entropy"
     utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
     probability_floor: float = 1e-6
@@ -121,6 +124,9 @@ class TrainConfig:
     n_envs: int = 256  # SB3 agents: examples in flight in the vector env
     sb3_kwargs: dict = field(default_factory=dict)  # SB3 agents: keyword arguments over agents.sb3.sb3_kwargs
 
+    def __post_init__(self) -> None:
+        self.agent = AGENT_ALIASES.get(self.agent, self.agent)
+
     @property
     def dynamic_k_cpt(self) -> bool:
         return self.k_cpt == DYNAMIC
@@ -135,6 +141,12 @@ class TrainConfig:
         if self.tau is not None:
             return self.tau
         return 1.0 if self.agent == "actor" else 0.1
+
+    @property
+    def resolved_epsilon(self) -> float:
+        if self.epsilon is not None:
+            return self.epsilon
+        return 0.1 if self.agent == "dqn" else 1.0
 
     @property
     def resolved_execution(self) -> str:
@@ -210,7 +222,7 @@ class TrainConfig:
         for name in ("lr", "lr_half_life", "tau_half_life", "epsilon_half_life", "eval_every", "checkpoint_every"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not 0.0 <= self.epsilon <= 1.0:
+        if not 0.0 <= self.resolved_epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon!r}")
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}")
