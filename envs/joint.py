@@ -27,12 +27,13 @@ statistics, and a moving average of past batches lags weights that move at lr 0.
 deep heads' charged error reached 10^2-10^4 while their training cross-entropy was 2-9.
 So after every step the trainer runs the batch again without gradient, on the same
 execution, and makes each layer's running statistics that batch's statistics under the new
-weights (:meth:`FeatureTrainer._refresh_statistics`, momentum 1 for that pass); the env
-then scores with exactly the normalisation the network is being trained with. Measured on
-hybrid, 150 updates at lr 0.1, episodes at every head: the charged error per head matched
-the training cross-entropy per head within 0.2 (full). With ``sampled``, a node the agent
-reaches with one or two examples per batch normalises by those examples' own statistics,
-so its charged error stays noisy (exits 7-8: 115 against 8 in training).
+weights (:meth:`FeatureTrainer._refresh_statistics`, through
+:func:`~routing_rl.training.batchnorm.fresh_statistics`); the env then scores with exactly
+the normalisation the network is being trained with. Measured on hybrid, 150 updates at
+lr 0.1, episodes at every head: the charged error per head matched the training
+cross-entropy per head within 0.2 (full). With ``sampled``, a node the agent reaches with
+one or two examples per batch normalises by those examples' own statistics, so its charged
+error stays noisy (exits 7-8: 115 against 8 in training).
 
 As in the paper's learners, the optimiser is :class:`~routing_rl.training.sgd.RoutedSGD`
 (SGD with momentum, the learning rate halving every ``lr_half_life`` optimiser steps,
@@ -48,10 +49,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from routing_rl.core.execution import Junction, route
 from routing_rl.core.graph import RoutedNet
+from routing_rl.training.batchnorm import fresh_statistics
 from routing_rl.training.config import EXECUTIONS, TrainConfig
 from routing_rl.training.sgd import RoutedSGD, SGDOptions, leaf_errors
 
@@ -94,9 +95,6 @@ class FeatureTrainer:
         for leaf in net.leaves:
             for name in net.nodes_to(leaf):
                 self.leaf_share[self.node_index[name]] += 1.0 / len(net.leaves)
-        self.norms = [m for m in net.modules()
-                      if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
-        self.momenta = [norm.momentum for norm in self.norms]
         self.updates = 0
         self.last = {}  # scalars of the latest update, for logging
         self._pending: list[tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]] = []
@@ -154,21 +152,15 @@ class FeatureTrainer:
         self.updates += 1
         self.last = {"losses/c_err": c_err.item(), "losses/c_mod": c_mod.item(), "charts/lr": lr}
 
-    @torch.no_grad()
     def _refresh_statistics(self, images: torch.Tensor, replay, k_cpt) -> None:
         """Every batch-norm layer's running statistics become those of ``images`` under the
         weights just stepped, on the execution that trained them (a node no replayed path
         reached keeps its own), so the env scores with the network being trained."""
-        for norm in self.norms:
-            norm.momentum = 1.0
-        try:
+        with fresh_statistics(self.net):
             if self.options.execution == "full":
                 self.net(images, k_cpt)
             else:
                 route(self.net, images, replay, k_cpt)
-        finally:
-            for norm, momentum in zip(self.norms, self.momenta):
-                norm.momentum = momentum
 
     def state_dict(self) -> dict:
         return {"optimizer": self.sgd.state_dict(), "updates": self.updates}

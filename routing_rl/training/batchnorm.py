@@ -9,6 +9,9 @@ its inputs by the statistics of the examples that really reach it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
@@ -16,25 +19,21 @@ from routing_rl.core.execution import Decide, argmax_decide, route
 from routing_rl.core.graph import RoutedNet
 
 
-@torch.no_grad()
-def recalibrate(
-    net: RoutedNet, images: torch.Tensor, decide: Decide = argmax_decide, k_cpt=None, batch_size: int = 512
-) -> None:
-    """Replace every batch-norm layer's running mean and variance by their average over
-    ``images`` ``(N, *input_shape)`` routed with ``decide`` in train mode (no gradient, no
-    parameter changes). ``k_cpt``: None, a float, or ``(N,)`` per image. A layer no example
-    reaches keeps its statistics."""
+@contextmanager
+def fresh_statistics(net: RoutedNet) -> Iterator[None]:
+    """Inside this block, every batch-norm layer's running mean and variance become the
+    average over the forward passes made in it (train mode, no gradient); a layer that no
+    pass reaches keeps its statistics. Afterwards momenta and the train/eval mode are restored."""
     norms = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
     saved = [(m.momentum, m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone()) for m in norms]
     was_training = net.training
     for norm in norms:
         norm.reset_running_stats()
-        norm.momentum = None  # cumulative average over the calls below
+        norm.momentum = None  # cumulative average over the passes
     net.train()
     try:
-        for start in range(0, len(images), batch_size):
-            part = k_cpt[start : start + batch_size] if isinstance(k_cpt, torch.Tensor) and k_cpt.dim() else k_cpt
-            route(net, images[start : start + batch_size], decide, part if net.k_cpt_input else None)
+        with torch.no_grad():
+            yield
     finally:
         for norm, (momentum, mean, var, tracked) in zip(norms, saved):
             norm.momentum = momentum
@@ -43,3 +42,15 @@ def recalibrate(
                 norm.running_var.copy_(var)
                 norm.num_batches_tracked.copy_(tracked)
         net.train(was_training)
+
+
+def recalibrate(
+    net: RoutedNet, images: torch.Tensor, decide: Decide = argmax_decide, k_cpt=None, batch_size: int = 512
+) -> None:
+    """Replace every batch-norm layer's running mean and variance by their average over
+    ``images`` ``(N, *input_shape)`` routed with ``decide`` (no parameter changes). ``k_cpt``:
+    None, a float, or ``(N,)`` per image. A layer no example reaches keeps its statistics."""
+    with fresh_statistics(net):
+        for start in range(0, len(images), batch_size):
+            part = k_cpt[start : start + batch_size] if isinstance(k_cpt, torch.Tensor) and k_cpt.dim() else k_cpt
+            route(net, images[start : start + batch_size], decide, part if net.k_cpt_input else None)
