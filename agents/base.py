@@ -55,6 +55,11 @@ class Learner(ABC):
         ``charts/train_accuracy``, ``charts/train_mean_macs`` where they exist.
         """
 
+    def before_evaluation(self, train: Split) -> None:
+        """Called before every validation and before the final test evaluation, with the
+        training split (un-augmented): a learner whose evaluation-mode net needs refreshing
+        from training data (batch-norm statistics) does it here."""
+
     def decide(self, k_cpt: float | None) -> Decide:
         """The inference routing policy to evaluate with."""
         return argmax_decide

@@ -29,13 +29,13 @@ def build_net(config: TrainConfig, task: RoutingTask | int, device: torch.device
 
 
 def make_learner(config: TrainConfig, task: RoutingTask | int, device: torch.device, cost: CostModel | None = None) -> Learner:
-    """A ready-to-train learner for ``config.agent`` (static, actor, critic,
+    """A ready-to-train learner for ``config.agent`` (static, actor, pragmatic-critic,
     optimistic-critic, threshold) on a fresh net of ``task`` (or, given a class count, of
     the paper's nets) on ``device``, charging ``cost`` (None: MACs)."""
     learners = {
         "static": StaticLearner,
         "actor": ActorLearner,
-        "critic": CriticLearner,
+        "pragmatic-critic": CriticLearner,
         "optimistic-critic": lambda net, config, device, cost: CriticLearner(net, config, device, cost, optimistic=True),
         "threshold": ThresholdLearner,
     }

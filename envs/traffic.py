@@ -10,7 +10,9 @@ leaf. The single-example env is ``n = 1``; the vector envs are ``n = N``.
 
 Execution is always in eval mode and without gradients: an example's observation depends
 on the example and the weights, never on which other examples share its group. Training
-(:mod:`~routing_rl.envs.joint`) happens apart, on replays of finished paths.
+(:mod:`~routing_rl.envs.joint`) happens apart, on finished episodes, and leaves the
+batch-norm statistics of the weights it just stepped, so the rewards charged here are the
+costs of the network being trained.
 
 Costs: a slot is charged ``k_cpt × cost`` for every node it runs through (transform and
 router, the cost in MACs as :attr:`RoutedNet.leaf_macs` counts them, or measured

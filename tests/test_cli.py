@@ -53,7 +53,7 @@ def tags(run_dir: Path) -> set[str]:
 AGENT_ARGS = {
     "static": ["--arch", "static-2"],
     "actor": [],
-    "critic": ["--policy", "eps-greedy"],
+    "pragmatic-critic": ["--policy", "eps-greedy"],
     "optimistic-critic": [],
     "threshold": [],
     "dqn": ["--policy", "eps-greedy"],
@@ -64,7 +64,7 @@ AGENT_ARGS = {
 
 @pytest.mark.parametrize("agent", AGENTS)
 def test_every_agent_trains_end_to_end(agent, tiny_data, cache, tmp_path, capsys):
-    assert main(smoke_args(tiny_data, tmp_path, agent, *AGENT_ARGS[agent])) == 0
+    assert main(smoke_args(tiny_data, tmp_path, agent, *AGENT_ARGS[agent], "--json")) == 0
     printed = json.loads(capsys.readouterr().out)
     run_dir = tmp_path / agent
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -252,3 +252,26 @@ def test_an_sb3_run_resumes_from_its_newest_zip(tiny_data, cache, tmp_path, caps
     (run_dir / "metrics.json").unlink()
     assert main(["--resume", str(run_dir)]) == 0
     assert (run_dir / "metrics.json").is_file()
+
+
+def test_configs_written_before_the_sb3_flags_still_read():
+    from routing_rl.training.config import TrainConfig, make_config
+
+    old = json.loads(make_config("smoke").to_json())
+    del old["n_envs"], old["sb3_kwargs"]
+    assert TrainConfig.from_json(json.dumps({**old, "extra": {}})) == TrainConfig(**old)
+    with pytest.raises(ValueError, match="before --n-envs and --sb3-kwargs"):
+        TrainConfig.from_json(json.dumps({**old, "extra": {"n_envs": 8}}))
+
+
+def test_critic_is_the_pragmatic_critic_and_the_run_ends_with_a_summary(tiny_data, cache, tmp_path, capsys):
+    assert main(smoke_args(tiny_data, tmp_path, "critic", "--policy", "eps-greedy")) == 0
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "critic"
+    config = json.loads((run_dir / "config.json").read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert config["agent"] == metrics["agent"] == "pragmatic-critic"
+    assert f"test accuracy {100 * metrics['test_accuracy']:.2f}% at {metrics['test_mean_macs'] / 1e6:.2f}M MACs" in out
+    reached = [leaf for leaf, v in metrics["test"][0]["leaves"].items() if v["by_source"]["mnist"]]
+    assert "digits" in out and all(leaf in out for leaf in reached)
+    assert len(out.splitlines()) <= 24, "one screen"

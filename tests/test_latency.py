@@ -79,7 +79,8 @@ def node_weighted_cost(learner, reach: torch.Tensor, cost: CostModel) -> torch.T
     dict(agent="optimistic-critic", policy="eps-greedy", arch="tree"),
 ], ids=lambda o: "-".join(o.values()))
 def test_routing_learners_charge_k_cpt_times_the_cost_models_cost(overrides):
-    config = make_config("smoke", k_cpt=1e-6, **overrides)
+    # side heads off: reach also marks the side heads, which training runs but inference never charges
+    config = make_config("smoke", k_cpt=1e-6, side_heads=False, **overrides)
     net = build_net(config, 3)
     cost = skewed(net, net.junctions[1])  # the second junction's column is slow
     learner = make_learner(config, 3, CPU, cost)
@@ -118,7 +119,7 @@ def test_threshold_budgets_are_in_the_cost_models_units():
     cost = skewed(net, net.order[0], factor=1000.0)  # the first column dominates every path
     learner = make_learner(config, 3, CPU, cost)
     grid = learner.budget_grid(4)
-    first, last = cost.leaf[net.leaf_index[learner.stages[0]]], cost.leaf[net.leaf_index[learner.stages[-1]]]
+    first, last = cost.leaf[net.leaf_index[learner.chain_leaves[0]]], cost.leaf[net.leaf_index[learner.chain_leaves[-1]]]
     assert grid[0] == pytest.approx(float(first)) and grid[-1] == pytest.approx(float(last))
     for result in learner.calibrate(images(12), grid[1:3]):
         assert result["mean_cost"] <= result["budget"] * (1 + 1e-9)

@@ -328,7 +328,7 @@ def _train_learner(config, task, train_part, validation, test, run_dir, device, 
             evaluations.append({**fields, **evaluate(learner.net, test, k_cpt, decide, classes=task.classes,
                                                      sources=task.sources, task=task)})
         final = {"test_accuracy": evaluations[0]["accuracy"], "test_mean_macs": evaluations[0]["mean_macs"]}
-        hparams = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("extra", "logdir", "data_dir")}
+        hparams = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("sb3_kwargs", "logdir", "data_dir")}
         monitor.hparams(hparams, final)
     finally:
         monitor.close()
