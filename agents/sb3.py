@@ -46,6 +46,7 @@ restores the plain-number counters (:data:`RESTORED_COUNTERS`). Zips are written
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import pickle
@@ -261,7 +262,7 @@ def load_sb3(path: str | Path, env: RoutingSB3VecEnv | None = None, device: str 
                    else seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"]), 0, "cpu"))
     owned = {"routed_net": net, "feature_trainer": env.unwrapped.trainer if env is not None else None}
     model = ALGORITHMS[routing["agent"]]("MlpPolicy", env, device=device, routing=routing, seed=data.get("seed"),
-                                         _init_setup_model=False, **owned, **routing["sb3"])
+                                         _init_setup_model=False, **owned, **copy.deepcopy(routing["sb3"]))
     if env is None:
         dynamic = routing["k_cpt"] == "dynamic"
         layout = task.observation_layout(net, dynamic) if task is not None else ObservationLayout(net, dynamic)
@@ -411,11 +412,13 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
         history = json.loads(history_path.read_text()) if history_path.is_file() else []
         history = [entry for entry in history if entry["iteration"] <= trainer.updates]
     else:
+        # a copy: SB3 adds objects to policy_kwargs (A2C its optimiser class), routing stays plain JSON
         model = ALGORITHMS[config.agent]("MlpPolicy", env, routed_net=net, feature_trainer=trainer,
-                                         routing=routing, seed=config.seed, device=device, **kwargs)
+                                         routing=routing, seed=config.seed, device=device, **copy.deepcopy(kwargs))
         history = []
     model.iterations = config.iterations
-    model.set_logger(IterationLogger(str(run_dir), ["csv", "tensorboard"], lambda: trainer.updates))
+    model.set_logger(IterationLogger(str(run_dir), ["csv", "tensorboard"], lambda: trainer.updates,
+                                     purge_step=trainer.updates + 1 if resume else None))
 
     k_cpts = eval_values(config.k_cpt)
     validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 from routing_rl.envs.joint import FeatureTrainer
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EventCallback
-from stable_baselines3.common.logger import Logger, make_output_format
+from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat, make_output_format
+from torch.utils.tensorboard import SummaryWriter
 
 from routing_rl.core.files import atomic_write_text
 from routing_rl.data import Split
@@ -129,12 +130,24 @@ class ImageBudget(BaseCallback):
         return self.trainer.updates < self.iterations
 
 
+class ResumedTensorBoard(TensorBoardOutputFormat):
+    """SB3's TensorBoard output with TensorBoard's ``purge_step``: the events from it on that
+    an interrupted process wrote past its last checkpoint are dropped, so no step shows twice."""
+
+    def __init__(self, folder: str, purge_step: int):
+        self.writer = SummaryWriter(log_dir=folder, purge_step=purge_step)
+        self._is_closed = False
+
+
 class IterationLogger(Logger):
     """SB3's logger into ``folder`` (``formats`` as for ``configure``) whose every dump is
-    stepped by ``clock()``, whatever step SB3 passes."""
+    stepped by ``clock()``, whatever step SB3 passes; a resumed run passes ``purge_step``,
+    the first step after its checkpoint."""
 
-    def __init__(self, folder: str, formats: list[str], clock: Callable[[], int]):
-        super().__init__(folder, [make_output_format(f, folder) for f in formats])
+    def __init__(self, folder: str, formats: list[str], clock: Callable[[], int], purge_step: int | None = None):
+        outputs = [ResumedTensorBoard(folder, purge_step) if f == "tensorboard" and purge_step
+                   else make_output_format(f, folder) for f in formats]
+        super().__init__(folder, outputs)
         self.clock = clock
 
     def dump(self, step: int = 0) -> None:
