@@ -63,7 +63,7 @@ from routing_rl.core.costs import error_cost
 from routing_rl.data import Split
 from routing_rl.core.execution import RoutedOutput, route
 from routing_rl.core.graph import FullOutput, RoutedNet
-from routing_rl.core.policies import sample
+from routing_rl.core.policies import sample, sample_with
 
 
 def node_costs(net: RoutedNet) -> dict[str, float]:
@@ -174,7 +174,7 @@ class CriticLearner(SGDLearner):
             "c_err": (p_leaf * errors).sum(1).mean(),
             "c_cpt": (p_leaf * k_cpt[:, None] * self.leaf_macs).sum(1).mean(),
             "c_ure": self.config.k_ure * (reach_junction * regression).sum(1).mean(),
-            "c_mod": self.c_mod(reach.mean(0)),
+            "c_mod": self.c_mod(self.batch_mean(reach)),
             "reach": reach,
             "targets": targets,
             "accuracy": (p_leaf * leaf_correct(self.net, out, labels)).sum(1).mean(),
@@ -182,8 +182,14 @@ class CriticLearner(SGDLearner):
         }
 
     def _sampled_losses(self, batch: Split, iteration: int, k_cpt: torch.Tensor) -> dict[str, torch.Tensor]:
-        decide = sample(self.policy, iteration, self.generator)
-        routed = route(self.net, batch.images, decide, k_cpt if self.net.k_cpt_input else None)
+        k_cpt_input = k_cpt if self.net.k_cpt_input else None
+        if self.distributed is None:
+            routed = route(self.net, batch.images, sample(self.policy, iteration, self.generator), k_cpt_input)
+        else:  # decisions drawn for the global batch, so that they do not depend on the process
+            draws = torch.rand(len(self.net.junctions), self.config.batch_size, generator=self.generator,
+                               device=self.device)[:, self.shard]
+            decide = sample_with(self.policy, iteration, dict(zip(self.net.junctions, draws)))
+            routed = route(self.net, batch.images, decide, k_cpt_input, global_counts=self.distributed.sum)
         labels, size = batch.labels, len(batch)
         errors = error_cost(routed.logits, labels, self.config.error_cost)
         utility_errors = errors.detach() if self.same_error else error_cost(routed.logits, labels, self.config.utility_error)
@@ -198,7 +204,7 @@ class CriticLearner(SGDLearner):
             "c_err": errors.mean(),
             "c_cpt": (k_cpt * macs).mean(),
             "c_ure": self.config.k_ure * torch.stack(squared).sum() / size,
-            "c_mod": self.c_mod(reach.mean(0)),
+            "c_mod": self.c_mod(self.batch_mean(reach)),
             "reach": reach,
             "targets": targets,
             "accuracy": (routed.pred == labels).float().mean(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 from routing_rl.training.config import (
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted; the last checkpoint is saved, continue with --resume", file=sys.stderr)
         return 130
-    summary = {k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}
-    print(json.dumps(summary, indent=2))
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for every process
+        summary = {k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}
+        print(json.dumps(summary, indent=2))
     return 0

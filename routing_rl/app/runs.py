@@ -9,6 +9,11 @@ A run directory holds::
                       means the run is complete)
 
 ``train(config)`` starts a run; ``train(resume=RUN_DIR)`` continues one from its checkpoint.
+
+Under ``torchrun`` (detected from its environment variables) every process trains its shard
+of each batch and only rank 0 creates the run directory and writes into it; every process
+reads ``config.json`` and ``checkpoint.pt`` on ``--resume``, so across machines the logdir
+must be on a filesystem they share.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 
 from routing_rl.training.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
 from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
+from routing_rl.training.distributed import Distributed
 from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.app.describe import summary
 from routing_rl.training.evaluate import evaluate
@@ -50,6 +56,24 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RunError(f"device {name!r} asked for, but CUDA is not available here; use --device=cpu or auto")
     return device
+
+
+def join_processes(config: TrainConfig, device: torch.device) -> tuple[Distributed | None, torch.device]:
+    """This process's place among torchrun's processes (None outside torchrun), joined to
+    their process group, and the device it trains on."""
+    try:
+        distributed = Distributed.from_env()
+        if distributed is None:
+            return None, device
+        if config.agent in SB3_AGENTS and distributed.world_size > 1:
+            raise RunError(f"the SB3 agents ({', '.join(SB3_AGENTS)}) train in one process; start {config.agent} "
+                           "without torchrun or with --nproc_per_node=1")
+        distributed.shard(config.batch_size)
+        device = distributed.place(device)
+    except ValueError as error:
+        raise RunError(str(error)) from None
+    distributed.start(device)
+    return distributed, device
 
 
 def dataset_name(config: TrainConfig) -> str:
@@ -141,13 +165,26 @@ def train(
         config = dataclasses.replace(config, **overrides)
         if not has_checkpoint(run_dir, config):
             raise RunError(f"{run_dir} has no {CHECKPOINT_FILE} to resume from; start it again without --resume")
+        distributed, device = join_processes(config, resolve_device(config.device))
     else:
         if config is None:
             raise RunError("give a config to start a run, or a run directory to resume")
         config.validate()
-        run_dir = run_directory(config, overwrite)
-        config.save(run_dir / CONFIG_FILE)
-    device = resolve_device(config.device)
+        distributed, device = join_processes(config, resolve_device(config.device))
+        if distributed is None or distributed.is_main:
+            run_dir = run_directory(config, overwrite)
+            config.save(run_dir / CONFIG_FILE)
+        if distributed is not None:
+            run_dir = distributed.broadcast(run_dir if distributed.is_main else None)
+    try:
+        return _train(config, run_dir, device, resume, distributed)
+    finally:
+        if distributed is not None:
+            distributed.stop()
+
+
+def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Path | None,
+           distributed: Distributed | None) -> dict:
     torch.manual_seed(config.seed)
     try:
         dataset, train_part, validation, test = prepare_data(config)
@@ -161,7 +198,8 @@ def train(
         net, evaluations = result.net, result.evaluations(test)
         history, wall = result.history, time.perf_counter() - started
     else:
-        net, evaluations, history, wall = _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume)
+        net, evaluations, history, wall = _train_learner(config, dataset, train_part, validation, test, run_dir, device,
+                                                         resume, distributed)
     metrics = {
         "run": str(run_dir),
         "agent": config.agent,
@@ -176,19 +214,23 @@ def train(
         "history": history,
         "config": json.loads(config.to_json()),
     }
-    atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2))
+    if distributed is None or distributed.is_main:
+        atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2))
     return metrics
 
 
-def _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume):
+def _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume, distributed=None):
     from routing_rl.agents.registry import make_learner
     from routing_rl.app.plots import node_link_figure
     from routing_rl.app.trainer import fit
 
     learner = make_learner(config, len(dataset.classes), device)
+    if distributed is not None:
+        learner.distribute(distributed)
+    writes = distributed is None or distributed.is_main  # every process trains and evaluates; rank 0 writes
     checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device) if resume else None
     start = checkpoint["training_state"]["iteration"] if checkpoint else 0
-    monitor = Monitor(run_dir, total=config.iterations, initial=start, description=f"{config.agent} {config.arch}")
+    monitor = Monitor(run_dir, total=config.iterations, initial=start, description=f"{config.agent} {config.arch}") if writes else None
     structure = summary(learner.net)
 
     def draw(entry: dict) -> None:
@@ -202,16 +244,19 @@ def _train_learner(config, dataset, train_part, validation, test, run_dir, devic
             validation,
             config,
             monitor,
-            save=lambda ckpt: save_checkpoint(run_dir / CHECKPOINT_FILE, ckpt),
+            save=(lambda ckpt: save_checkpoint(run_dir / CHECKPOINT_FILE, ckpt)) if writes else None,
             resume=checkpoint,
-            after_validation=draw,
+            after_validation=draw if writes else None,
+            distributed=distributed,
         )
         evaluations = []
         for fields, k_cpt, decide in learner.evaluation_points(validation):
             evaluations.append({**fields, **evaluate(learner.net, test, k_cpt, decide, classes=dataset.classes)})
         final = {"test_accuracy": evaluations[0]["accuracy"], "test_mean_macs": evaluations[0]["mean_macs"]}
         hparams = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("extra", "logdir", "data_dir")}
-        monitor.hparams(hparams, final)
+        if monitor is not None:
+            monitor.hparams(hparams, final)
     finally:
-        monitor.close()
+        if monitor is not None:
+            monitor.close()
     return learner.net, evaluations, state.history, state.train_seconds

@@ -5,6 +5,11 @@ it to :meth:`Learner.train_step`. Every ``eval_every`` iterations the validation
 routed through the shared evaluator; every ``checkpoint_every`` iterations (and at the end,
 and on Ctrl-C) the learner, the iteration and the sampler's state are saved atomically, so
 a resumed run continues exactly where the checkpoint left it.
+
+Under torchrun (``distributed``) every process draws and augments the same global batch and
+trains on its shard of it (see :mod:`routing_rl.training.distributed`); the logged scalars are
+averaged over the processes. Only the caller decides who writes: it passes ``monitor``,
+``save`` and ``after_validation`` to rank 0 alone.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import torch
 
 from routing_rl.agents.base import Learner
 from routing_rl.training.config import TrainConfig
+from routing_rl.training.distributed import Distributed
 from routing_rl.data import Split, augment
 from routing_rl.training.evaluate import evaluate
 from routing_rl.training.monitor import Monitor, evaluation_scalars
@@ -97,6 +103,7 @@ def fit(
     save: Callable[[dict], None] | None = None,
     resume: dict | None = None,
     after_validation: Callable[[dict], None] | None = None,
+    distributed: Distributed | None = None,
 ) -> TrainingState:
     """Train ``learner`` for ``config.iterations`` iterations.
 
@@ -106,6 +113,8 @@ def fit(
         save: called with a checkpoint dict at every checkpoint; the caller writes it.
         resume: a checkpoint dict from an earlier ``save``; training continues from it.
         after_validation: called with each history entry (figures, for example).
+        distributed: this process's place among data-parallel processes (the learner has
+            been :meth:`~routing_rl.training.sgd.SGDLearner.distribute` d); None for one process.
     """
     device = learner.device
     train = train.to(device)
@@ -137,7 +146,12 @@ def fit(
             index = sampler.next().to(device)
             images = augment(train.images[index], train.source[index], augment_generator)
             batch = Split(images, train.labels[index], train.source[index])
+            if distributed is not None:
+                shard = distributed.shard(len(index))
+                batch = Split(batch.images[shard], batch.labels[shard], batch.source[shard])
             stats = learner.train_step(batch, state.iteration)
+            if distributed is not None:
+                stats = distributed.mean_scalars(stats, distributed.share(len(index)))
             state.iteration += 1
             window_examples += len(index)
             if monitor is not None and (state.iteration % LOG_EVERY == 0 or state.iteration == config.iterations):

@@ -84,11 +84,23 @@ def argmax_decide(junction: Junction) -> torch.Tensor:
     return junction.scores.argmax(1)
 
 
-def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None) -> RoutedOutput:
+def route(
+    net: RoutedNet,
+    x: torch.Tensor,
+    decide: Decide,
+    k_cpt=None,
+    global_counts: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> RoutedOutput:
     """Run each example along the path ``decide`` picks, computing only what is on it.
 
     Differentiable: gradients reach every transform, router and head an example passed
     through. ``k_cpt`` may be a float or a ``(B,)`` tensor (one cost per example).
+
+    ``global_counts`` is for data-parallel training, where ``x`` is one process's shard: it
+    maps this shard's ``(n_sinks,)`` example counts at a junction to the counts over every
+    process. A sink then runs (possibly on no example) wherever any process sends examples
+    to it, so that every process runs the same nodes in the same order and their batch-norm
+    statistics are reduced in step; ``visits`` then also holds such empty runs.
     """
     net.check_input(x)
     net.check_k_cpt(k_cpt)
@@ -117,9 +129,12 @@ def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None) -> Routed
         choice = decide(Junction(name, node_scores, descriptor, node_k_cpt, index, state))
         scores[name] = node_scores
         decisions[name] = choice
+        elsewhere = None
+        if global_counts is not None:
+            elsewhere = (global_counts(torch.bincount(choice, minlength=len(node.sinks))) > 0).tolist()
         for sink_number, sink in enumerate(node.sinks):
             chosen = (choice == sink_number).nonzero().squeeze(1)
-            if chosen.numel() == 0:
+            if chosen.numel() == 0 and not (elsewhere and elsewhere[sink_number]):
                 continue
             if chosen.numel() == index.numel():
                 pending.append((sink, state, index, node_k_cpt))

@@ -9,6 +9,9 @@
 * Per-example k_cpt: the configured one, or for a dynamic-k_cpt net one drawn per training
   example from :data:`~routing_rl.core.costs.K_CPT_VALUES` (Section 4.6).
 * TALR (:mod:`routing_rl.core.talr`) between ``backward()`` and the optimiser step.
+* Data parallel (:meth:`SGDLearner.distribute`): each process's loss is scaled by its share of
+  the global batch and the gradients summed across processes before TALR; batch means
+  (:meth:`SGDLearner.batch_mean`) are over the global batch.
 * ``state_dict``: the net, the optimiser (momentum) and the learner's random generator.
 """
 
@@ -22,6 +25,7 @@ from routing_rl.core.costs import K_CPT_VALUES, error_cost
 from routing_rl.core.graph import FullOutput, Node, RoutedNet
 from routing_rl.core.policies import TrainingPolicy, halving
 from routing_rl.core.talr import NodeGradients, talr_scales
+from routing_rl.training.distributed import Distributed, synchronise_batch_norm
 
 
 class SGDLearner(Learner):
@@ -43,6 +47,23 @@ class SGDLearner(Learner):
         self.dtype = next(net.parameters()).dtype
         self.leaf_macs = net.leaf_macs.to(self.dtype)
         self.k_cpt_values = torch.tensor(K_CPT_VALUES, dtype=self.dtype, device=device)
+        self.distributed: Distributed | None = None
+
+    def distribute(self, distributed: Distributed) -> None:
+        """Train as one of ``distributed.world_size`` processes, each on its shard of every
+        global batch of ``config.batch_size``: batch norm over the global batch, gradients and
+        batch means summed across processes (see :mod:`routing_rl.training.distributed`)."""
+        self.distributed = distributed
+        self.shard = distributed.shard(self.config.batch_size)
+        self.share = distributed.share(self.config.batch_size)
+        synchronise_batch_norm(self.net)
+
+    def batch_mean(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` ``(b, ...)`` averaged over the batch; across processes, over the global
+        batch (the sum of every shard's sums over the global batch size), never a mean of means."""
+        if self.distributed is None:
+            return values.mean(0)
+        return self.distributed.sum(values.sum(0)) / self.config.batch_size
 
     def lr(self, iteration: float) -> float:
         return halving(self.config.lr, iteration, self.config.lr_half_life)
@@ -50,7 +71,11 @@ class SGDLearner(Learner):
     def sample_k_cpt(self, batch_size: int) -> torch.Tensor:
         """``(B,)`` cost per MAC of each training example."""
         if self.config.dynamic_k_cpt:
-            pick = torch.randint(len(K_CPT_VALUES), (batch_size,), generator=self.generator, device=self.device)
+            if self.distributed is None:
+                pick = torch.randint(len(K_CPT_VALUES), (batch_size,), generator=self.generator, device=self.device)
+            else:  # every process draws the global batch's costs and keeps its shard's
+                pick = torch.randint(len(K_CPT_VALUES), (self.config.batch_size,), generator=self.generator,
+                                     device=self.device)[self.shard]
             return self.k_cpt_values[pick]
         return torch.full((batch_size,), float(self.config.k_cpt), dtype=self.dtype, device=self.device)
 
@@ -67,7 +92,11 @@ class SGDLearner(Learner):
         """Back-propagate ``loss``, apply TALR (per-node factors in ``net.order``) if given,
         and take one SGD step at the scheduled learning rate, which is returned."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.distributed is None:
+            loss.backward()
+        else:
+            (loss * self.share).backward()
+            self.distributed.reduce_gradients(list(self.net.parameters()))
         if talr_scales is not None:
             self.gradients.scale(talr_scales)
         lr = self.lr(iteration)
@@ -81,7 +110,7 @@ class SGDLearner(Learner):
         ``terms["reach"]`` ``(B, N)``, and the scalars to log. ``terms`` also carries the
         training-policy ``accuracy`` and ``mean_macs``; ``self.policy`` is the training policy."""
         total = sum(terms[name] for name in names)
-        scales = talr_scales(terms["reach"], self.policy.floor) if self.config.talr else None
+        scales = talr_scales(terms["reach"], self.policy.floor, self.batch_mean) if self.config.talr else None
         lr = self.step(total, iteration, scales)
         return scalars({
             **{f"losses/{name}": terms[name] for name in names},
