@@ -1,0 +1,240 @@
+"""Data-parallel training (torchrun's environment, gloo on the CPU) equals one process on the
+same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from routing_rl.agents.registry import make_learner
+from routing_rl.app.cli import main
+from routing_rl.app.trainer import fit
+from routing_rl.data import Split
+from routing_rl.training.config import make_config
+from routing_rl.training.distributed import Distributed, SyncedBatchNorm, synchronise_batch_norm
+
+CLASSES = 3
+STEPS = 3
+CASES = {
+    # the actor runs the full tree; the critic routes sampled sub-batches, so that some nodes
+    # are reached on one process only, and uses TALR's global reach statistics
+    "actor": dict(agent="actor", policy="softmax"),
+    "critic": dict(agent="critic", policy="eps-greedy", epsilon=0.5, execution="sampled"),
+}
+
+
+def case_config(case: str):
+    return make_config("smoke", arch="chain", batch_size=10, iterations=STEPS, eval_every=STEPS,
+                       checkpoint_every=STEPS, lr=0.05, **CASES[case])
+
+
+def splits() -> tuple[Split, Split]:
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(40, 3, 32, 32, generator=generator) * torch.rand(40, 1, 1, 1, generator=generator)
+    labels, source = torch.arange(40) % CLASSES, torch.arange(40) % 2
+    return Split(images[:30], labels[:30], source[:30]), Split(images[30:], labels[30:], source[30:])
+
+
+class Recorder:
+    """What fit hands a Monitor: the progress-bar values of every step and the logged scalars."""
+
+    def __init__(self):
+        self.progress_values, self.logged = [], {}
+
+    def scalars(self, values, step):
+        self.logged.update({(tag, step): value for tag, value in values.items() if not tag.endswith("per_second")})
+
+    def progress(self, steps, **postfix):
+        self.progress_values.append({k: v for k, v in postfix.items() if k != "examples_per_second"})
+
+    def histograms(self, values, step):
+        pass
+
+
+def train_case(case: str, distributed: Distributed | None) -> dict:
+    torch.manual_seed(0)
+    config = case_config(case)
+    learner = make_learner(config, CLASSES, torch.device("cpu"))
+    if distributed is not None:
+        learner.distribute(distributed)
+    recorder = Recorder()
+    train, validation = splits()
+    state = fit(learner, train, validation, config, recorder, distributed=distributed)
+    return {"net": learner.net.state_dict(), "progress": recorder.progress_values, "logged": recorder.logged,
+            "history": state.history}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+
+
+def worker(rank: int, world_size: int, port: int, out: str) -> None:
+    os.environ.update(torchrun_environment(rank, world_size, port))
+    torch.set_num_threads(1)
+    distributed = Distributed.from_env()
+    distributed.start(torch.device("cpu"))
+    try:
+        results = {case: train_case(case, distributed) for case in CASES}
+    finally:
+        distributed.stop()
+    torch.save(results, Path(out) / f"rank{rank}.pt")
+
+
+@contextmanager
+def one_process_group(monkeypatch):
+    """A gloo group of one process, in this process, as torchrun --nproc_per_node=1 makes."""
+    for name, value in torchrun_environment(0, 1, free_port()).items():
+        monkeypatch.setenv(name, value)
+    distributed = Distributed.from_env()
+    distributed.start(torch.device("cpu"))
+    try:
+        yield distributed
+    finally:
+        distributed.stop()
+
+
+def assert_same_run(got: dict, expected: dict) -> None:
+    for name, value in expected["net"].items():
+        torch.testing.assert_close(got["net"][name], value, rtol=1e-4, atol=1e-6, msg=name)
+    assert len(got["progress"]) == len(expected["progress"]) == STEPS
+    for step, (a, b) in enumerate(zip(got["progress"], expected["progress"])):
+        assert a.keys() == b.keys()
+        for key in b:
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (step, key)
+    assert got["logged"].keys() == expected["logged"].keys()
+    for key, value in expected["logged"].items():
+        assert got["logged"][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    assert got["history"] == expected["history"]
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    mp.start_processes(worker, args=(2, free_port(), str(out)), nprocs=2, join=True, start_method="spawn")
+    return [torch.load(out / f"rank{rank}.pt", weights_only=True) for rank in range(2)]
+
+
+def test_two_processes_end_identical(two_processes):
+    for case in CASES:
+        for name, value in two_processes[0][case]["net"].items():
+            assert torch.equal(two_processes[1][case]["net"][name], value), (case, name)
+
+
+def test_actor_on_two_processes_equals_one_process(two_processes):
+    assert_same_run(two_processes[0]["actor"], train_case("actor", None))
+
+
+def test_sampled_critic_on_two_processes_equals_one_process(two_processes, monkeypatch):
+    # Sampled decisions read uniforms drawn for the global batch, so one process in a group
+    # of one draws exactly what two processes draw together.
+    with one_process_group(monkeypatch) as distributed:
+        expected = train_case("critic", distributed)
+    assert_same_run(two_processes[0]["critic"], expected)
+    routed = [entry for entry in expected["progress"] if entry["train_mean_macs"] != expected["progress"][0]["train_mean_macs"]]
+    assert routed, "the critic's sampled paths should vary the MACs from step to step"
+
+
+def test_actor_in_a_group_of_one_equals_the_plain_run(monkeypatch):
+    with one_process_group(monkeypatch) as distributed:
+        grouped = train_case("actor", distributed)
+    assert_same_run(grouped, train_case("actor", None))
+
+
+def test_shards_cover_the_batch_once():
+    parts = [Distributed(rank, 3, rank).shard(10) for rank in range(3)]
+    assert [(p.start, p.stop) for p in parts] == [(0, 4), (4, 7), (7, 10)]
+    with pytest.raises(ValueError, match="batch of 2 cannot be shared by 3"):
+        Distributed(0, 3, 0).shard(2)
+
+
+def test_torchrun_environment_is_read():
+    assert Distributed.from_env({}) is None
+    assert Distributed.from_env({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == Distributed(1, 4, 1)
+    with pytest.raises(ValueError, match="RANK=4 is not below WORLD_SIZE=4"):
+        Distributed.from_env({"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"})
+
+
+def test_synchronised_batch_norm_keeps_parameters_and_state_dict_keys():
+    net = make_learner(case_config("actor"), CLASSES, torch.device("cpu")).net
+    keys, parameters = list(net.state_dict()), list(net.parameters())
+    synchronise_batch_norm(net)
+    assert list(net.state_dict()) == keys
+    assert all(a is b for a, b in zip(net.parameters(), parameters))
+    assert any(isinstance(m, SyncedBatchNorm) for m in net.modules())
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())
+
+
+def test_sb3_agents_refuse_more_than_one_process(monkeypatch, tmp_path, capsys):
+    for name, value in torchrun_environment(0, 2, free_port()).items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as stopped:
+        main(["--agent", "ppo", "--preset", "smoke", "--logdir", str(tmp_path)])
+    assert stopped.value.code == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message and "train in one process" in message and "--nproc_per_node=1" in message
+    assert not dist.is_initialized() and not any(tmp_path.iterdir())
+
+
+def cli_worker(rank: int, world_size: int, ports: list[int], runs: list[tuple[list[str], int | None]], out: str) -> None:
+    """Runs the CLI once per ``(argv, kill_at)`` in ``runs``, as torchrun's process ``rank``; a
+    run killed at iteration ``kill_at`` stops without saving, as under SIGKILL (code -9)."""
+    from routing_rl.agents.actor import ActorLearner
+
+    torch.set_num_threads(1)
+    train_step = ActorLearner.train_step
+    codes = []
+    for port, (argv, kill_at) in zip(ports, runs):
+        os.environ.update(torchrun_environment(rank, world_size, port))
+
+        def step(self, batch, iteration, kill_at=kill_at):
+            if iteration == kill_at:
+                raise ProcessLookupError("killed")
+            return train_step(self, batch, iteration)
+
+        ActorLearner.train_step = step
+        try:
+            codes.append(main(argv))
+        except ProcessLookupError:
+            codes.append(-9)
+    (Path(out) / f"codes{rank}.txt").write_text(" ".join(map(str, codes)))
+
+
+@pytest.mark.slow
+def test_two_processes_write_once_and_resume_exactly(tmp_path, monkeypatch):
+    from synthetic_data import write_cifar_pickles, write_mnist_idx
+
+    data = tmp_path / "data"
+    write_mnist_idx(data / "MNIST" / "raw")
+    write_cifar_pickles(data / "cifar-10-batches-py")
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
+    common = ["--agent", "actor", "--preset", "smoke", "--iterations", "4", "--eval-every", "2", "--checkpoint-every", "2",
+              "--data-dir", str(data), "--download", "false", "--validation-fraction", "0.4", "--device", "cpu",
+              "--logdir", str(tmp_path / "runs")]
+    runs = [(common + ["--run-name", "straight"], None), (common + ["--run-name", "resumed"], 3),
+            (["--resume", str(tmp_path / "runs" / "resumed")], None)]
+    mp.start_processes(cli_worker, args=(2, [free_port() for _ in runs], runs, str(tmp_path)), nprocs=2, join=True,
+                       start_method="spawn")
+    assert [(tmp_path / f"codes{rank}.txt").read_text() for rank in range(2)] == ["0 -9 0"] * 2
+    straight, resumed = (tmp_path / "runs" / "straight"), (tmp_path / "runs" / "resumed")
+    names = {path.name for path in straight.iterdir()}
+    events = {name for name in names if name.startswith("events.out.tfevents.")}
+    assert names - events == {"checkpoint.pt", "config.json", "metrics.json"}
+    writers = {name.split(".")[-2] for name in events}  # events.out.tfevents.TIME.HOST.PID.N
+    assert len(writers) == 1, "only rank 0 writes TensorBoard events"
+    a, b = (json.loads((run / "metrics.json").read_text()) for run in (straight, resumed))
+    assert a["test"] == b["test"] and a["history"] == b["history"]
