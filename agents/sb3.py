@@ -60,7 +60,7 @@ from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import Decide, Junction
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
-from routing_rl.app.runs import training_splits
+from routing_rl.training.splits import training_splits
 
 SB3_DEFAULTS = {
     "dqn": dict(learning_rate=1e-3, buffer_size=20_000, learning_starts=1_000, batch_size=128, train_freq=1,

@@ -35,14 +35,11 @@ from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.app.describe import summary
 from routing_rl.training.evaluate import evaluate
 from routing_rl.training.monitor import Monitor
+from routing_rl.training.splits import RunError, training_splits
 
 CONFIG_FILE = "config.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.json"
-
-
-class RunError(ValueError):
-    """A run cannot start or resume as asked; the message says why and what to do."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -118,26 +115,6 @@ def has_checkpoint(run_dir: Path, config: TrainConfig) -> bool:
 
         return latest_checkpoint(run_dir) is not None
     return (Path(run_dir) / CHECKPOINT_FILE).is_file()
-
-
-def limit(split: Split, examples: int | None) -> Split:
-    """The first ``examples`` of a split (all of it for None); splits are already shuffled by class."""
-    return split if examples is None or examples >= len(split) else split.subset(torch.arange(examples))
-
-
-def training_splits(config: TrainConfig, dataset: RoutingDataset) -> tuple[Split, Split, Split]:
-    """(train part, validation part, test) of ``dataset`` as the config asks: the validation
-    part held out of the training split, validation and test shuffled (seeded) and capped."""
-    train_part, validation = dataset.validation_split(config.validation_fraction, config.seed)
-    if not len(validation) or not len(train_part):
-        raise RunError(
-            f"a validation fraction of {config.validation_fraction} leaves {len(train_part)} training and "
-            f"{len(validation)} validation examples of {dataset.name}; change --validation-fraction"
-        )
-    generator = torch.Generator().manual_seed(config.seed)
-    validation = validation.subset(torch.randperm(len(validation), generator=generator))
-    test = dataset.test.subset(torch.randperm(len(dataset.test), generator=generator))
-    return limit(train_part, config.train_examples), limit(validation, config.eval_examples), limit(test, config.eval_examples)
 
 
 def prepare_data(config: TrainConfig) -> tuple[RoutingDataset, Split, Split, Split]:
