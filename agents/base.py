@@ -1,10 +1,16 @@
-"""The small protocol every gradient-trained learner shares, and its registry.
+"""The small protocol every gradient-trained learner shares, and the SGD learner base.
 
 A :class:`Learner` owns a :class:`~routing_rl.core.graph.RoutedNet` and its optimiser. The
 trainer (:mod:`routing_rl.app.trainer`) feeds it augmented batches, one per iteration; the
 shared evaluator judges it through :meth:`Learner.decide` (argmax of the routers unless a
 learner routes otherwise, as the threshold baseline does). SB3 baselines do not fit this
 loop — SB3's ``learn()`` drives them — and live in :mod:`routing_rl.agents.sb3`.
+
+:class:`SGDLearner` is the base of the static, actor, critic and threshold learners: the
+shared optimisation core (:class:`~routing_rl.training.sgd.RoutedSGD`: halving learning rate,
+c_mod, TALR), per-example k_cpt (the configured one, or for a dynamic-k_cpt net one drawn per
+training example from :data:`~routing_rl.core.costs.K_CPT_VALUES`, Section 4.6), one routed
+training step, and ``state_dict`` (net, optimiser momentum, the learner's random generator).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from routing_rl.core.costs import K_CPT_VALUES
 from routing_rl.data import Split
 from routing_rl.core.execution import Decide, argmax_decide
 from routing_rl.core.graph import RoutedNet
+from routing_rl.training.distributed import Distributed, synchronise_batch_norm
+from routing_rl.training.sgd import RoutedSGD, SGDOptions, scalars
 
 
 class Learner(ABC):
@@ -66,3 +74,83 @@ class Learner(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` returned."""
+
+
+class SGDLearner(Learner):
+    """Base of the static, actor, critic and threshold learners.
+
+    Args:
+        net, config, device: as :class:`Learner`.
+        regularise_routers: whether router weights belong to c_mod (not for learners that
+            never use the routers).
+    """
+
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, regularise_routers: bool = True):
+        super().__init__(net, config, device)
+        self.sgd = RoutedSGD(net, SGDOptions.from_config(config), regularise_routers)
+        # seed + 2: the trainer's batch sampler and augmentation use seed and seed + 1
+        self.generator = torch.Generator(device=device).manual_seed(config.seed + 2)
+        self.dtype = self.sgd.dtype
+        self.leaf_macs = net.leaf_macs.to(self.dtype)
+        self.k_cpt_values = torch.tensor(K_CPT_VALUES, dtype=self.dtype, device=device)
+        self.distributed: Distributed | None = None
+
+    def distribute(self, distributed: Distributed) -> None:
+        """Train as one of ``distributed.world_size`` processes, each on its shard of every
+        global batch of ``config.batch_size``: batch norm over the global batch, gradients and
+        batch means summed across processes (see :mod:`routing_rl.training.distributed`)."""
+        self.distributed = distributed
+        self.shard = distributed.shard(self.config.batch_size)
+        self.sgd.distribute(distributed, distributed.share(self.config.batch_size))
+        synchronise_batch_norm(self.net)
+
+    def batch_mean(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` ``(b, ...)`` averaged over the batch; across processes, over the global batch."""
+        return values.mean(0) if self.distributed is None else self.distributed.batch_mean(values)
+
+    def sample_k_cpt(self, batch_size: int) -> torch.Tensor:
+        """``(B,)`` cost per MAC of each training example (across processes: the draws of the
+        global batch, this process's shard of them)."""
+        if self.config.dynamic_k_cpt:
+            if self.distributed is None:
+                pick = torch.randint(len(K_CPT_VALUES), (batch_size,), generator=self.generator, device=self.device)
+            else:
+                pick = torch.randint(len(K_CPT_VALUES), (self.config.batch_size,), generator=self.generator,
+                                     device=self.device)[self.shard]
+            return self.k_cpt_values[pick]
+        return torch.full((batch_size,), float(self.config.k_cpt), dtype=self.dtype, device=self.device)
+
+    def c_mod(self, usage: torch.Tensor | None = None) -> torch.Tensor:
+        """c_mod of the net; see :meth:`RoutedSGD.c_mod`."""
+        return self.sgd.c_mod(usage)
+
+    def step(self, loss: torch.Tensor, iteration: int, reach: torch.Tensor | None = None) -> float:
+        """One optimiser step on ``loss`` (TALR from ``reach`` when given); returns the lr."""
+        return self.sgd.step(loss, iteration, reach)
+
+    def routed_step(self, terms: dict[str, torch.Tensor], names: tuple[str, ...], iteration: int) -> dict[str, float]:
+        """One step of a routing learner: the sum of the loss terms ``names``, TALR from
+        ``terms["reach"]`` ``(B, N)``, and the scalars to log. ``terms`` also carries the
+        training-policy ``accuracy`` and ``mean_macs``; ``self.policy`` is the training policy."""
+        total = sum(terms[name] for name in names)
+        lr = self.step(total, iteration, terms["reach"])
+        return scalars({
+            **{f"losses/{name}": terms[name] for name in names},
+            "losses/total": total,
+            "charts/lr": lr,
+            **self.policy.charts(iteration),
+            "charts/train_accuracy": terms["accuracy"],
+            "charts/train_mean_macs": terms["mean_macs"],
+        })
+
+    def state_dict(self) -> dict:
+        return {
+            "net": self.net.state_dict(),
+            "optimizer": self.sgd.state_dict(),
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.net.load_state_dict(state["net"])
+        self.sgd.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"].cpu())

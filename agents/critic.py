@@ -57,7 +57,8 @@ from __future__ import annotations
 import torch
 
 from routing_rl.core.paths import Paths
-from routing_rl.training.sgd import SGDLearner, check_error_cost, leaf_correct, leaf_errors, training_policy
+from routing_rl.agents.base import SGDLearner
+from routing_rl.training.sgd import check_error_cost, leaf_correct, leaf_errors, training_policy
 from routing_rl.training.config import TrainConfig
 from routing_rl.core.costs import error_cost
 from routing_rl.data import Split

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from routing_rl.training.sgd import SGDLearner, check_error_cost, scalars
+from routing_rl.agents.base import SGDLearner
+from routing_rl.training.sgd import check_error_cost, scalars
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from routing_rl.training.sgd import SGDLearner, check_error_cost, leaf_errors, scalars
+from routing_rl.agents.base import SGDLearner
+from routing_rl.training.sgd import check_error_cost, leaf_errors, scalars
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
 from routing_rl.core.execution import Decide, Junction

@@ -31,33 +31,21 @@ import torch.nn.functional as F
 
 from routing_rl.core.execution import Junction, route
 from routing_rl.core.graph import RoutedNet
-from routing_rl.core.policies import halving
-from routing_rl.core.talr import NodeGradients, talr_scales
+from routing_rl.training.config import TrainConfig
+from routing_rl.training.sgd import RoutedSGD, SGDOptions
 
 
 @dataclass(frozen=True)
-class JointTraining:
-    """The feature network's own optimiser and schedule.
+class JointTraining(SGDOptions):
+    """The feature network's own optimiser and schedule: :class:`SGDOptions` (lr halving
+    every ``lr_half_life`` optimiser steps) plus
 
-    batch_size: finished episodes per optimiser step. lr, momentum: SGD's; lr halves every
-    ``lr_half_life`` optimiser steps. k_l2: weight of c_mod. talr: throughput-adjusted
-    learning rates. augment: shift and flip training images (the paper's augmentation).
+    batch_size: finished episodes per optimiser step. augment: shift and flip training images
+    (the paper's augmentation).
     """
 
-    batch_size: int = 128
-    lr: float = 0.1
-    lr_half_life: float = 500
-    momentum: float = 0.9
-    k_l2: float = 1e-4
-    talr: bool = True
-    probability_floor: float = 1e-6
+    batch_size: int = TrainConfig.batch_size
     augment: bool = True
-
-    @classmethod
-    def from_config(cls, config) -> JointTraining:
-        """The options of a :class:`~routing_rl.training.config.TrainConfig` (iterations = optimiser steps)."""
-        return cls(config.batch_size, config.lr, config.lr_half_life, config.momentum, config.k_l2,
-                   config.talr, config.probability_floor)
 
 
 class FeatureTrainer:
@@ -70,9 +58,7 @@ class FeatureTrainer:
     def __init__(self, net: RoutedNet, options: JointTraining = JointTraining()):
         self.net = net
         self.options = options
-        self.optimizer = torch.optim.SGD(net.parameters(), lr=options.lr, momentum=options.momentum)
-        self.gradients = NodeGradients(net)
-        self.weights = [[p for p in net.nodes[name].transform.parameters() if p.ndim >= 2] for name in net.order]
+        self.sgd = RoutedSGD(net, options, regularise_routers=False)  # routers get no gradient here
         self.node_index = {name: k for k, name in enumerate(net.order)}
         self.junction_index = {name: j for j, name in enumerate(net.junctions)}
         self.updates = 0
@@ -89,7 +75,8 @@ class FeatureTrainer:
             self._update()
 
     def lr(self) -> float:
-        return halving(self.options.lr, self.updates, self.options.lr_half_life)
+        """The learning rate of the next update."""
+        return self.sgd.lr(self.updates)
 
     def _take_batch(self):
         images, labels, decisions, k_cpt = (
@@ -119,26 +106,17 @@ class FeatureTrainer:
             reach = torch.zeros(len(labels), len(self.node_index), device=device)
             for name, index in routed.visits.items():
                 reach[index, self.node_index[name]] = 1.0
-            zero = torch.zeros((), device=device)
-            squares = torch.stack([sum((w.square().sum() for w in weights), zero) for weights in self.weights])
-            c_mod = self.options.k_l2 * (squares * reach.mean(0)).sum()
-            self.optimizer.zero_grad(set_to_none=True)
-            (c_err + c_mod).backward()
-            if self.options.talr:
-                self.gradients.scale(talr_scales(reach, self.options.probability_floor))
-            lr = self.lr()
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            self.optimizer.step()
+            c_mod = self.sgd.c_mod(reach.mean(0))
+            lr = self.sgd.step(c_err + c_mod, self.updates, reach)
         finally:
             self.net.train(was_training)
         self.updates += 1
         self.last = {"losses/c_err": c_err.item(), "losses/c_mod": c_mod.item(), "charts/lr": lr}
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
+        return {"optimizer": self.sgd.state_dict(), "updates": self.updates}
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
         """``strict`` is accepted because SB3 passes it to every saved object."""
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.sgd.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])

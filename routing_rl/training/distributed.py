@@ -110,6 +110,14 @@ class Distributed:
         dist.all_reduce(total)
         return total
 
+    def batch_mean(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` ``(b, ...)``, this process's shard, averaged over the global batch: the
+        shards' sums and sizes summed over the processes (one ``all_reduce``), never a mean of
+        means. No gradient."""
+        local = torch.cat([values.detach().sum(0).reshape(-1), values.new_tensor([values.shape[0]])])
+        total = self.sum(local)
+        return (total[:-1] / total[-1]).view(values.shape[1:])
+
     def broadcast(self, value: object) -> object:
         """Rank 0's ``value`` (any picklable object), on every process."""
         holder = [value]

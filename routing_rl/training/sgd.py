@@ -1,83 +1,91 @@
-"""What every gradient-trained learner shares (paper Sections 4.4-4.7).
+"""The optimisation core shared by every gradient learner and by the env's joint training
+(paper Sections 4.4-4.5).
 
-* SGD with momentum; the learning rate halves continuously, ``lr · 0.5^(t / lr_half_life)``.
-* c_mod = k_L2 · Σ_nodes p̄_node · Σ_{w ∈ node} w²: L2 on the weights (not biases, not batch
-  norm parameters) of each node's transform and router, weighted by ``p̄_node``, the
-  stop-gradient mean over the batch of the probability that the training policy activates
-  the node (1 where every example passes). So a rarely used layer is regularised as
-  rarely as it is used, which is the paper's ``E[k_L2 Σ_{w ∈ W(d̂)} w²]``.
-* Per-example k_cpt: the configured one, or for a dynamic-k_cpt net one drawn per training
-  example from :data:`~routing_rl.core.costs.K_CPT_VALUES` (Section 4.6).
-* TALR (:mod:`routing_rl.core.talr`) between ``backward()`` and the optimiser step.
-* Data parallel (:meth:`SGDLearner.distribute`): each process's loss is scaled by its share of
-  the global batch and the gradients summed across processes before TALR; batch means
-  (:meth:`SGDLearner.batch_mean`) are over the global batch.
-* ``state_dict``: the net, the optimiser (momentum) and the learner's random generator.
+* :class:`SGDOptions` — the optimiser's settings; their defaults are
+  :class:`~routing_rl.training.config.TrainConfig`'s, and :meth:`SGDOptions.from_config`
+  copies them by name.
+* :class:`RoutedSGD` — SGD with momentum on a routed net:
+
+  - the learning rate halves continuously, ``lr · 0.5^(t / lr_half_life)``, ``t`` in optimiser steps;
+  - c_mod = k_L2 · Σ_nodes p̄_node · Σ_{w ∈ node} w²: L2 on the weights (not biases, not batch
+    norm parameters) of each node's transform and router, weighted by ``p̄_node``, the
+    stop-gradient mean over the batch of the probability that the training policy activates
+    the node (1 where every example passes). So a rarely used layer is regularised as
+    rarely as it is used, which is the paper's ``E[k_L2 Σ_{w ∈ W(d̂)} w²]``;
+  - TALR (:mod:`routing_rl.core.talr`) from the nodes' reach between ``backward()`` and the
+    optimiser step;
+  - data parallel (:meth:`RoutedSGD.distribute`): the loss scaled by this process's share of
+    the global batch, gradients summed across processes before TALR, and TALR's mean ``p²``
+    over the global batch;
+  - ``state_dict``: the optimiser's (momentum).
+
+Helpers every routing loss uses: :func:`training_policy`, :func:`leaf_errors`,
+:func:`leaf_correct`, :func:`check_error_cost`, :func:`scalars`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import torch
 
-from routing_rl.agents.base import Learner
-from routing_rl.training.config import TrainConfig
-from routing_rl.core.costs import K_CPT_VALUES, error_cost
+from routing_rl.core.costs import error_cost
 from routing_rl.core.graph import FullOutput, Node, RoutedNet
 from routing_rl.core.policies import TrainingPolicy, halving
 from routing_rl.core.talr import NodeGradients, talr_scales
-from routing_rl.training.distributed import Distributed, synchronise_batch_norm
+from routing_rl.training.config import TrainConfig
+from routing_rl.training.distributed import Distributed
+
+@dataclass(frozen=True)
+class SGDOptions:
+    """SGD's settings. lr: initial learning rate; lr_half_life: optimiser steps for it to
+    halve; momentum; k_l2: weight of c_mod; talr: throughput-adjusted learning rates;
+    probability_floor: the smallest routing probability (bounds TALR's factors)."""
+
+    lr: float = TrainConfig.lr
+    lr_half_life: float = TrainConfig.lr_half_life
+    momentum: float = TrainConfig.momentum
+    k_l2: float = TrainConfig.k_l2
+    talr: bool = TrainConfig.talr
+    probability_floor: float = TrainConfig.probability_floor
+
+    @classmethod
+    def from_config(cls, config: TrainConfig, **overrides):
+        """The options ``config`` sets (fields of the same name), then ``overrides``."""
+        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
+        return cls(**{**values, **overrides})
 
 
-class SGDLearner(Learner):
-    """Base of the static, actor, critic and threshold learners.
+class RoutedSGD:
+    """SGD with momentum over every parameter of ``net``, its schedule, c_mod and TALR.
 
     Args:
-        net, config, device: as :class:`~routing_rl.agents.base.Learner`.
-        regularise_routers: whether router weights belong to c_mod (not for learners that
-            never use the routers).
+        net: the routed net whose parameters it steps.
+        options: the settings.
+        regularise_routers: whether router weights belong to c_mod (not where the routers
+            never learn).
     """
 
-    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, regularise_routers: bool = True):
-        super().__init__(net, config, device)
-        self.optimizer = torch.optim.SGD(net.parameters(), lr=config.lr, momentum=config.momentum)
-        # seed + 2: the trainer's batch sampler and augmentation use seed and seed + 1
-        self.generator = torch.Generator(device=device).manual_seed(config.seed + 2)
+    def __init__(self, net: RoutedNet, options: SGDOptions, regularise_routers: bool = True):
+        self.options = options
+        self.optimizer = torch.optim.SGD(net.parameters(), lr=options.lr, momentum=options.momentum)
         self.gradients = NodeGradients(net)
         self.weights = [node_weights(net.nodes[name], regularise_routers) for name in net.order]
-        self.dtype = next(net.parameters()).dtype
-        self.leaf_macs = net.leaf_macs.to(self.dtype)
-        self.k_cpt_values = torch.tensor(K_CPT_VALUES, dtype=self.dtype, device=device)
+        parameter = next(net.parameters())
+        self.dtype, self.device = parameter.dtype, parameter.device
+        self.parameters = list(net.parameters())
         self.distributed: Distributed | None = None
+        self.share = 1.0
 
-    def distribute(self, distributed: Distributed) -> None:
-        """Train as one of ``distributed.world_size`` processes, each on its shard of every
-        global batch of ``config.batch_size``: batch norm over the global batch, gradients and
-        batch means summed across processes (see :mod:`routing_rl.training.distributed`)."""
-        self.distributed = distributed
-        self.shard = distributed.shard(self.config.batch_size)
-        self.share = distributed.share(self.config.batch_size)
-        synchronise_batch_norm(self.net)
+    def distribute(self, distributed: Distributed, share: float) -> None:
+        """Step as one of ``distributed.world_size`` processes whose loss covers ``share`` of
+        the global batch (see :mod:`routing_rl.training.distributed`)."""
+        self.distributed, self.share = distributed, share
 
-    def batch_mean(self, values: torch.Tensor) -> torch.Tensor:
-        """``values`` ``(b, ...)`` averaged over the batch; across processes, over the global
-        batch (the sum of every shard's sums over the global batch size), never a mean of means."""
-        if self.distributed is None:
-            return values.mean(0)
-        return self.distributed.sum(values.sum(0)) / self.config.batch_size
-
-    def lr(self, iteration: float) -> float:
-        return halving(self.config.lr, iteration, self.config.lr_half_life)
-
-    def sample_k_cpt(self, batch_size: int) -> torch.Tensor:
-        """``(B,)`` cost per MAC of each training example."""
-        if self.config.dynamic_k_cpt:
-            if self.distributed is None:
-                pick = torch.randint(len(K_CPT_VALUES), (batch_size,), generator=self.generator, device=self.device)
-            else:  # every process draws the global batch's costs and keeps its shard's
-                pick = torch.randint(len(K_CPT_VALUES), (self.config.batch_size,), generator=self.generator,
-                                     device=self.device)[self.shard]
-            return self.k_cpt_values[pick]
-        return torch.full((batch_size,), float(self.config.k_cpt), dtype=self.dtype, device=self.device)
+    def lr(self, step: float) -> float:
+        """The learning rate at optimiser step ``step``."""
+        return halving(self.options.lr, step, self.options.lr_half_life)
 
     def c_mod(self, usage: torch.Tensor | None = None) -> torch.Tensor:
         """``k_L2 · Σ_k usage[k] · Σ w²`` over nodes in ``net.order``; ``usage`` ``(N,)``
@@ -86,52 +94,32 @@ class SGDLearner(Learner):
         squares = torch.stack([sum((w.square().sum() for w in weights), zero) for weights in self.weights])
         if usage is not None:
             squares = squares * usage.detach().to(squares.dtype)
-        return self.config.k_l2 * squares.sum()
+        return self.options.k_l2 * squares.sum()
 
-    def step(self, loss: torch.Tensor, iteration: int, talr_scales: torch.Tensor | None = None) -> float:
-        """Back-propagate ``loss``, apply TALR (per-node factors in ``net.order``) if given,
-        and take one SGD step at the scheduled learning rate, which is returned."""
+    def step(self, loss: torch.Tensor, step: int, reach: torch.Tensor | None = None) -> float:
+        """Back-propagate ``loss``; with ``reach`` ``(B, N)`` (nodes in ``net.order``) and
+        ``options.talr``, scale each node's gradient by TALR; take one SGD step at the
+        scheduled learning rate, which is returned."""
         self.optimizer.zero_grad(set_to_none=True)
         if self.distributed is None:
             loss.backward()
         else:
             (loss * self.share).backward()
-            self.distributed.reduce_gradients(list(self.net.parameters()))
-        if talr_scales is not None:
-            self.gradients.scale(talr_scales)
-        lr = self.lr(iteration)
+            self.distributed.reduce_gradients(self.parameters)
+        if reach is not None and self.options.talr:
+            mean = None if self.distributed is None else self.distributed.batch_mean
+            self.gradients.scale(talr_scales(reach, self.options.probability_floor, mean))
+        lr = self.lr(step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
         return lr
 
-    def routed_step(self, terms: dict[str, torch.Tensor], names: tuple[str, ...], iteration: int) -> dict[str, float]:
-        """One step of a routing learner: the sum of the loss terms ``names``, TALR from
-        ``terms["reach"]`` ``(B, N)``, and the scalars to log. ``terms`` also carries the
-        training-policy ``accuracy`` and ``mean_macs``; ``self.policy`` is the training policy."""
-        total = sum(terms[name] for name in names)
-        scales = talr_scales(terms["reach"], self.policy.floor, self.batch_mean) if self.config.talr else None
-        lr = self.step(total, iteration, scales)
-        return scalars({
-            **{f"losses/{name}": terms[name] for name in names},
-            "losses/total": total,
-            "charts/lr": lr,
-            **self.policy.charts(iteration),
-            "charts/train_accuracy": terms["accuracy"],
-            "charts/train_mean_macs": terms["mean_macs"],
-        })
-
     def state_dict(self) -> dict:
-        return {
-            "net": self.net.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "generator": self.generator.get_state(),
-        }
+        return self.optimizer.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        self.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"].cpu())
+        self.optimizer.load_state_dict(state)
 
 
 def node_weights(node: Node, with_router: bool = True) -> list[torch.nn.Parameter]:
@@ -179,4 +167,3 @@ def scalars(values: dict[str, torch.Tensor | float]) -> dict[str, float]:
         flat = torch.stack([v.detach().float().reshape(()) for v in tensors.values()]).tolist()
         out.update(zip(tensors, flat))
     return out
-
