@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -214,17 +216,27 @@ def cli_worker(rank: int, world_size: int, ports: list[int], runs: list[tuple[li
     (Path(out) / f"codes{rank}.txt").write_text(" ".join(map(str, codes)))
 
 
-@pytest.mark.slow
-def test_two_processes_write_once_and_resume_exactly(tmp_path, monkeypatch):
+@pytest.fixture
+def tiny_data(tmp_path, monkeypatch):
+    """A folder of tiny MNIST and CIFAR-10 copies, and a fresh cache."""
     from synthetic_data import write_cifar_pickles, write_mnist_idx
 
     data = tmp_path / "data"
     write_mnist_idx(data / "MNIST" / "raw")
     write_cifar_pickles(data / "cifar-10-batches-py")
     monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
-    common = ["--agent", "actor", "--preset", "smoke", "--iterations", "4", "--eval-every", "2", "--checkpoint-every", "2",
-              "--data-dir", str(data), "--download", "false", "--validation-fraction", "0.4", "--device", "cpu",
-              "--logdir", str(tmp_path / "runs")]
+    return data
+
+
+def smoke_args(data: Path, logdir: Path) -> list[str]:
+    return ["--agent", "actor", "--preset", "smoke", "--iterations", "4", "--eval-every", "2", "--checkpoint-every", "2",
+            "--data-dir", str(data), "--download", "false", "--validation-fraction", "0.4", "--device", "cpu",
+            "--logdir", str(logdir)]
+
+
+@pytest.mark.slow
+def test_two_processes_write_once_and_resume_exactly(tiny_data, tmp_path):
+    common = smoke_args(tiny_data, tmp_path / "runs")
     runs = [(common + ["--run-name", "straight"], None), (common + ["--run-name", "resumed"], 3),
             (["--resume", str(tmp_path / "runs" / "resumed")], None)]
     mp.start_processes(cli_worker, args=(2, [free_port() for _ in runs], runs, str(tmp_path)), nprocs=2, join=True,
@@ -238,3 +250,30 @@ def test_two_processes_write_once_and_resume_exactly(tmp_path, monkeypatch):
     assert len(writers) == 1, "only rank 0 writes TensorBoard events"
     a, b = (json.loads((run / "metrics.json").read_text()) for run in (straight, resumed))
     assert a["test"] == b["test"] and a["history"] == b["history"]
+
+
+FAILING_RANK = """
+import os, sys
+from routing_rl.agents.actor import ActorLearner
+from routing_rl.app.cli import main
+step = ActorLearner.train_step
+def failing(self, batch, iteration):
+    if iteration == 2 and os.environ["RANK"] == "1":
+        raise RuntimeError("rank 1 fails on purpose")
+    return step(self, batch, iteration)
+ActorLearner.train_step = failing
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_failure_in_one_process_stops_all_with_its_error(tiny_data, tmp_path):
+    script = tmp_path / "failing_rank.py"
+    script.write_text(FAILING_RANK)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+               *smoke_args(tiny_data, tmp_path / "runs"), "--run-name", "failing"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode != 0
+    assert "rank 1 fails on purpose" in result.stderr
+    assert not (tmp_path / "runs" / "failing" / "metrics.json").exists()
