@@ -113,8 +113,8 @@ def fit(
         save: called with a checkpoint dict at every checkpoint; the caller writes it.
         resume: a checkpoint dict from an earlier ``save``; training continues from it.
         after_validation: called with each history entry (figures, for example).
-        distributed: this process's place among data-parallel processes (the learner has
-            been :meth:`~routing_rl.training.sgd.SGDLearner.distribute` d); None for one process.
+        distributed: this process's place among data-parallel processes, whose learner
+            :meth:`~routing_rl.agents.base.SGDLearner.distribute` has prepared; None for one process.
     """
     device = learner.device
     train = train.to(device)
