@@ -157,6 +157,41 @@ def test_actor_in_a_group_of_one_equals_the_plain_run(monkeypatch):
     assert_same_run(grouped, train_case("actor", None))
 
 
+@pytest.mark.parametrize("rows", [5, 1])  # a batch, and a lone example (running statistics)
+def test_synced_batch_norm_does_what_the_router_batch_norm_does(rows, monkeypatch):
+    from routing_rl.nets.router import RouterBatchNorm
+
+    plain = RouterBatchNorm(4, eps=1e-6, momentum=0.1)
+    with torch.no_grad():
+        plain.weight.uniform_(0.5, 1.5), plain.bias.uniform_(-1, 1)
+        plain.running_mean.uniform_(-1, 1), plain.running_var.uniform_(0.5, 2)
+    synced = synchronise_batch_norm(torch.nn.Sequential(RouterBatchNorm(4, eps=1e-6, momentum=0.1)))
+    synced.load_state_dict({f"0.{k}": v for k, v in plain.state_dict().items()})
+    x = torch.randn(rows, 4, generator=torch.Generator().manual_seed(rows)) * 3 + 1
+    outputs, gradients = [], []
+    with one_process_group(monkeypatch):
+        for module in (plain, synced):
+            inputs = x.clone().requires_grad_()
+            out = module(inputs)
+            (out * torch.arange(1.0, 5.0)).sum().backward()
+            outputs.append(out.detach())
+            gradients.append([inputs.grad] + [p.grad for p in module.parameters()])
+    torch.testing.assert_close(outputs[1], outputs[0])
+    for a, b in zip(gradients[1], gradients[0]):
+        assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+    for name, value in plain.state_dict().items():
+        torch.testing.assert_close(synced.state_dict()[f"0.{name}"], value, msg=name)
+
+
+def test_synced_batch_norm_leaves_running_statistics_alone_without_examples(monkeypatch):
+    synced = synchronise_batch_norm(torch.nn.Sequential(torch.nn.BatchNorm2d(3)))
+    before = {k: v.clone() for k, v in synced.state_dict().items()}
+    with one_process_group(monkeypatch):
+        assert synced(torch.zeros(0, 3, 4, 4)).shape == (0, 3, 4, 4)
+    for name, value in before.items():
+        assert torch.equal(synced.state_dict()[name], value), name
+
+
 def test_shards_cover_the_batch_once():
     parts = [Distributed(rank, 3, rank).shard(10) for rank in range(3)]
     assert [(p.start, p.stop) for p in parts] == [(0, 4), (4, 7), (7, 10)]

@@ -170,16 +170,19 @@ class _SumOverProcesses(torch.autograd.Function):
 class SyncedBatchNorm(_BatchNorm):
     """Batch norm whose training statistics are those of the global batch across processes.
 
-    In training mode with a process group, the per-channel sum, the count and then the sum of
-    squared deviations are summed over the processes (two ``all_reduce`` calls forward, two
-    backward), so every process normalises with the statistics one process would compute on
-    the whole batch, and updates the running statistics identically. A process may hold no
+    In training mode with a process group, the per-channel sums and the count, then the sums
+    of squared deviations, are summed over the processes (two ``all_reduce`` calls forward,
+    two backward), so every process normalises with the statistics one process would compute
+    on the whole batch and updates the running statistics identically. A process may hold no
     example at all (a routed node that only other processes' examples reached); it still
-    takes part. Without a process group or in eval mode it is plain batch norm.
+    takes part. The count never leaves the device (no wait for the GPU): the running
+    statistics move only where it exceeds one, as when one process runs the layer on the
+    global batch or skips it. Without a process group or in eval mode it is plain batch norm.
 
     Args:
-        lone_example_running_stats: with one example in the global batch, normalise with the
-            running statistics (:class:`~routing_rl.nets.router.RouterBatchNorm`'s rule).
+        lone_example_running_stats: with one value per channel in the global batch, normalise
+            with the running statistics (:class:`~routing_rl.nets.router.RouterBatchNorm`'s
+            rule; other batch norm layers output their bias there, where torch would raise).
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
@@ -198,24 +201,22 @@ class SyncedBatchNorm(_BatchNorm):
         channels = x.shape[1]
         dims = [0, *range(2, x.dim())]
         shape = [1, channels] + [1] * (x.dim() - 2)
-        per_channel = x.numel() // max(channels, 1)
-        sums = _SumOverProcesses.apply(torch.cat([x.sum(dims), x.new_tensor([per_channel])]))
-        count = int(sums[-1].item())
-        if count == 0:  # no process holds an example: as if the layer were not run
-            return x
-        if count == 1:
-            if not self.lone_example_running_stats:
-                raise ValueError(f"expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
-        mean = sums[:-1] / count
+        if self.lone_example_running_stats:  # with copies: the running statistics move below
+            lone = F.batch_norm(x, self.running_mean.clone(), self.running_var.clone(), self.weight, self.bias,
+                                False, 0.0, self.eps)
+        sums = _SumOverProcesses.apply(torch.cat([x.sum(dims), x.new_tensor([x.numel() // max(channels, 1)])]))
+        count = sums[-1]
+        mean = sums[:-1] / count.clamp_min(1)
         centred = x - mean.view(shape)
-        variance = _SumOverProcesses.apply(centred.square().sum(dims)) / count
+        variance = _SumOverProcesses.apply(centred.square().sum(dims)) / count.clamp_min(1)
         with torch.no_grad():
-            self.running_mean.lerp_(mean.detach(), self.momentum)
-            self.running_var.lerp_(variance.detach() * (count / (count - 1)), self.momentum)
-            self.num_batches_tracked.add_(1)
-        scale = torch.rsqrt(variance + self.eps) * self.weight
-        return centred * scale.view(shape) + self.bias.view(shape)
+            moves = count > 1
+            unbiased = variance * (count / (count - 1).clamp_min(1))
+            self.running_mean.copy_(torch.where(moves, self.running_mean.lerp(mean, self.momentum), self.running_mean))
+            self.running_var.copy_(torch.where(moves, self.running_var.lerp(unbiased, self.momentum), self.running_var))
+            self.num_batches_tracked.add_(moves.long())
+        out = centred * (torch.rsqrt(variance + self.eps) * self.weight).view(shape) + self.bias.view(shape)
+        return torch.where(count == 1, lone, out) if self.lone_example_running_stats else out
 
 
 def synchronise_batch_norm(module: nn.Module) -> nn.Module:
