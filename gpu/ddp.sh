@@ -66,6 +66,12 @@ python3 -P -m torch.distributed.run --standalone --nproc_per_node=1 /tmp/kill_at
   --agent critic --policy eps-greedy --device "$DEVICE" --run-name critic-nccl-resumed > "$OUT/ddp/critic-nccl-killed.log" 2>&1
 echo "critic-nccl-killed rc=$? (non-zero expected) $((SECONDS - s)) s" | tee -a "$OUT/ddp/summary.txt"
 run critic-nccl-resume 1 --resume "$LOGDIR/critic-nccl-resumed"
+# speed of one step, plain vs torchrun with one process (the synchronisation's overhead)
+TIMED=(--preset quick --iterations 200 --eval-every 200 --checkpoint-every 200 --eval-examples 500 --device "$DEVICE")
+run actor-plain-timed 0 --agent actor "${TIMED[@]}"
+run actor-nccl-timed 1 --agent actor "${TIMED[@]}"
+run critic-plain-timed 0 --agent critic --policy eps-greedy "${TIMED[@]}"
+run critic-nccl-timed 1 --agent critic --policy eps-greedy "${TIMED[@]}"
 # gloo: two CPU processes, and the SB3 refusal
 run actor-gloo2 2 --agent actor --device cpu
 run ppo-refused 2 --agent ppo --device cpu
@@ -88,6 +94,13 @@ a, b = scalars("actor-plain"), scalars("actor-nccl")
 for tag in sorted(t for t in a if t.startswith("losses/") or t.startswith("charts/train")):
     x, y = a[tag][3], b[tag][3]
     print(f"{tag} at step 3: plain {x:.7g} torchrun {y:.7g} relative difference {abs(x - y) / max(abs(x), 1e-12):.2e}")
+for learner in ("actor", "critic"):
+    speeds = []
+    for how in ("plain", "nccl"):
+        rates = sorted(scalars(f"{learner}-{how}-timed").get("charts/examples_per_second", {}).values())[1:]
+        speeds.append(rates[len(rates) // 2] if rates else float("nan"))
+    print(f"{learner} examples/s (median of logging windows after the first), plain {speeds[0]:.0f}, "
+          f"torchrun 1 process {speeds[1]:.0f}, ratio {speeds[1] / speeds[0]:.3f}")
 for run in ("actor-plain", "actor-nccl", "critic-nccl", "critic-tree-nccl", "static-nccl", "threshold-nccl",
             "critic-nccl-resumed", "actor-gloo2"):
     try:
