@@ -9,22 +9,27 @@ from routing_rl.agents.base import Learner
 from routing_rl.agents.critic import CriticLearner
 from routing_rl.agents.static import StaticLearner
 from routing_rl.agents.threshold import ThresholdLearner
-from routing_rl.training.config import TrainConfig
 from routing_rl.core.graph import RoutedNet
+from routing_rl.envs.task import RoutingTask
 from routing_rl.nets.multiscale import build
+from routing_rl.nets.seeding import seeded_net
+from routing_rl.training.config import TrainConfig
 
 
-def build_net(config: TrainConfig, classes: int) -> RoutedNet:
-    """The agent's net, initialised from ``config.seed`` without touching the global RNG.
+def build_net(config: TrainConfig, task: RoutingTask | int, device: torch.device | str = "cpu") -> RoutedNet:
+    """The agent's net, initialised from ``config.seed`` (:func:`~routing_rl.nets.seeding.seeded_net`):
+    ``task``'s net called ``config.arch``, or, given a class count, the paper's multiscale net.
     :meth:`TrainConfig.validate` has already checked that the arch suits the agent."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        return build(config.arch, config.width, classes, k_cpt_input=config.dynamic_k_cpt)
+    if isinstance(task, RoutingTask):
+        return task.make_net(config.arch, config.width, config.dynamic_k_cpt, config.seed, device)
+    return seeded_net(lambda: build(config.arch, config.width, task, k_cpt_input=config.dynamic_k_cpt),
+                      config.seed, device)
 
 
-def make_learner(config: TrainConfig, classes: int, device: torch.device) -> Learner:
+def make_learner(config: TrainConfig, task: RoutingTask | int, device: torch.device) -> Learner:
     """A ready-to-train learner for ``config.agent`` (static, actor, critic,
-    optimistic-critic, threshold) on a fresh net on ``device``."""
+    optimistic-critic, threshold) on a fresh net of ``task`` (or, given a class count, of
+    the paper's nets) on ``device``."""
     learners = {
         "static": StaticLearner,
         "actor": ActorLearner,
@@ -34,5 +39,4 @@ def make_learner(config: TrainConfig, classes: int, device: torch.device) -> Lea
     }
     if config.agent not in learners:
         raise ValueError(f"agent {config.agent!r} is not a gradient learner; choose one of {', '.join(learners)}")
-    net = build_net(config, classes).to(device)
-    return learners[config.agent](net, config, device)
+    return learners[config.agent](build_net(config, task, device), config, device)

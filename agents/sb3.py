@@ -1,7 +1,7 @@
 """Stable-Baselines3 baselines: DQN, PPO and A2C route the net, the env trains its features.
 
-``train_sb3(config, dataset, run_dir, device)`` trains one agent with SB3's own machinery:
-``learn()`` on the batched :class:`~routing_rl.envs.RoutingVecEnv` under ``VecMonitor``, with
+``train_sb3(config, task, run_dir, device)`` trains one agent with SB3's own machinery:
+``learn()`` on the batched :class:`~routing_rl.envs.RoutingSB3VecEnv` under ``VecMonitor``, with
 joint training of the feature network on the agent's paths; SB3's ``EvalCallback`` (plus the
 shared evaluator on the validation split, :mod:`~routing_rl.agents.sb3_callbacks`) and
 ``CheckpointCallback``; SB3's logger writing TensorBoard and CSV into the run directory.
@@ -18,6 +18,8 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
   too. ``batch_size``, ``lr``, ``lr_half_life`` (in feature-optimiser steps), ``momentum``,
   ``k_l2``, ``talr`` configure joint training (:class:`~routing_rl.envs.JointTraining`).
 * ``gamma = 1``: the undiscounted return of an episode is exactly ``-c_inf``.
+* SB3's algorithms cannot mask actions, so the envs clip an action past a junction's last
+  sink to the last one (``clip_actions``); on the chain every junction has 2 sinks anyway.
 * ``extra["n_envs"]`` examples in flight (default 64); ``extra["sb3"]``: keyword arguments
   for the SB3 algorithm, over the defaults in :data:`SB3_DEFAULTS`.
 
@@ -41,7 +43,9 @@ import torch
 from routing_rl.agents.sb3_callbacks import TrainingCharts, Validation
 from routing_rl.envs.joint import FeatureTrainer, JointTraining
 from routing_rl.envs.observation import ObservationLayout
-from routing_rl.envs.sb3_vec_env import RoutingVecEnv
+from routing_rl.envs.image_task import ImageTask
+from routing_rl.envs.sb3_vec_env import RoutingSB3VecEnv
+from routing_rl.envs.task import RoutingTask, task_from_env
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import (
@@ -60,6 +64,7 @@ from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import Decide, Junction
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
+from routing_rl.nets.seeding import seeded_net
 from routing_rl.training.splits import training_splits
 
 SB3_DEFAULTS = {
@@ -83,7 +88,7 @@ class RoutedNetSaving:
                  routing: dict | None = None, **kwargs):
         self.routed_net = routed_net
         self.feature_trainer = feature_trainer
-        self.routing = routing  # JSON: agent, arch, width, classes, k_cpt, joint options
+        self.routing = routing  # JSON: agent, env, arch, width, classes, k_cpt, joint options
         super().__init__(*args, **kwargs)
 
     def _setup_model(self) -> None:
@@ -91,9 +96,18 @@ class RoutedNetSaving:
         if self.routed_net is None:
             if self.routing.get("arch") is None:
                 raise ValueError("this model routes a hand-built net; pass it: load_sb3(path, net=...)")
-            self.routed_net = build(self.routing["arch"], self.routing["width"], self.routing["classes"]).to(self.device)
+            self.routed_net = self._build_net()
         if self.feature_trainer is None:
             self.feature_trainer = FeatureTrainer(self.routed_net, JointTraining(**self.routing["joint"]))
+
+    def _build_net(self) -> RoutedNet:
+        """A net of the saved arch (its weights are loaded next): the task's, or the paper's
+        multiscale net for models of a dataset in memory."""
+        routing = self.routing
+        if routing.get("env") is None:
+            return seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"]), 0, self.device)
+        dataset = {"dataset": routing["dataset"]} if routing.get("dataset") else {}
+        return task_from_env(routing["env"], **dataset)[0].make_net(routing["arch"], routing["width"], device=self.device)
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, variables = super()._get_torch_save_params()
@@ -120,9 +134,10 @@ def sb3_decide(model: BaseAlgorithm, net: RoutedNet, k_cpt: float | None = None)
 
     It builds the env's observation from the junction (descriptor, junction one-hot and, for
     a dynamic-k_cpt agent, ``junction.k_cpt`` or else ``k_cpt``) for all examples there at
-    once, and maps actions past a junction's last sink as the env does.
+    once, and clips actions past a junction's last sink as its training env did.
     """
     layout = ObservationLayout.matching(net, model.observation_space)
+    layout.clip_actions = True  # as the env it trained on
 
     def decide(junction: Junction) -> torch.Tensor:
         cost = junction.k_cpt if junction.k_cpt is not None else k_cpt
@@ -147,20 +162,23 @@ class SB3Result:
     history: list[dict]
     k_cpts: list[float]
     classes: tuple[str, ...] | None = None
+    sources: tuple[str, ...] | None = None
+    task: RoutingTask | None = None  # carries the memory of episodes of frames
 
     def decide(self, k_cpt: float | None = None) -> Decide:
         return sb3_decide(self.model, self.net, k_cpt)
 
     def evaluations(self, split: Split) -> list[dict]:
         """The shared evaluator on ``split``, one result per k_cpt in :attr:`k_cpts`."""
-        return [evaluate(self.net, split, k, self.decide(k), classes=self.classes) for k in self.k_cpts]
+        return [evaluate(self.net, split, k, self.decide(k), classes=self.classes, sources=self.sources, task=self.task)
+                for k in self.k_cpts]
 
 
-def load_sb3(path: str | Path, env: RoutingVecEnv | None = None, device: str | torch.device = "auto",
+def load_sb3(path: str | Path, env: RoutingSB3VecEnv | None = None, device: str | torch.device = "auto",
              net: RoutedNet | None = None) -> tuple[BaseAlgorithm, RoutedNet]:
     """A saved agent and its feature network: ``(model, net)``.
 
-    With ``env`` (a :class:`RoutingVecEnv`, maybe under ``VecMonitor``), the saved weights go
+    With ``env`` (a :class:`RoutingSB3VecEnv`, maybe under ``VecMonitor``), the saved weights go
     into the env's own net and feature trainer, and the model is ready to ``learn()`` on.
     ``net``: the hand-built net a model was trained on, for nets not built by arch name.
     """
@@ -192,30 +210,34 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return max(zips, key=lambda p: int(p.stem.split("_")[-2])) if zips else None
 
 
-def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, device: torch.device,
+def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: Path, device: torch.device,
               callbacks: Sequence[BaseCallback] = (), resume: bool = False) -> SB3Result:
-    """Train ``config.agent`` (dqn, ppo or a2c) for ``config.iterations`` environment steps.
+    """Train ``config.agent`` (dqn, ppo or a2c) for ``config.iterations`` environment steps
+    on ``task`` (a dataset in memory: the paper's image task on it).
 
     ``callbacks`` are extra SB3 callbacks. ``resume`` continues from the newest checkpoint in
     ``run_dir/checkpoints`` (policy, feature net and its optimiser; DQN's replay buffer
     starts empty again). Writes TensorBoard/CSV logs, checkpoints, ``best_model.zip`` (best
     validation return) and ``model.zip`` into ``run_dir``.
     """
-    config.validate()
+    env_id = config.env if isinstance(task, RoutingTask) else None  # a dataset in memory has no id to rebuild from
+    task = task if isinstance(task, RoutingTask) else ImageTask(task)
+    config.validate(task.archs)
     if config.agent not in SB3_AGENTS:
         raise ValueError(f"train_sb3 trains {', '.join(SB3_AGENTS)}, not {config.agent!r}")
     run_dir = Path(run_dir)
     torch.manual_seed(config.seed)
-    train_part, validation, _ = training_splits(config, dataset)
+    train_part, validation, _ = training_splits(config, task.dataset())
     n_envs = int(config.extra.get("n_envs", 64))
-    net = build(config.arch, config.width, len(dataset.classes)).to(device)
-    env_kwargs = dict(dataset=dataset, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost)
+    net = task.make_net(config.arch, config.width, seed=config.seed, device=device)  # the agent reads k_cpt, not the routers
+    env_kwargs = dict(task=task, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost, clip_actions=True)
     joint = JointTraining.from_config(config)
-    env = VecMonitor(RoutingVecEnv(n_envs, seed=config.seed, split=train_part, train=True, joint=joint, **env_kwargs))
-    eval_env = VecMonitor(RoutingVecEnv(min(n_envs, len(validation)), seed=config.seed + 1, split=validation,
-                                        train=False, **env_kwargs))
-    routing = {"agent": config.agent, "arch": config.arch, "width": config.width, "classes": len(dataset.classes),
-               "k_cpt": config.k_cpt, "joint": dataclasses.asdict(joint)}
+    env = VecMonitor(RoutingSB3VecEnv(n_envs, seed=config.seed, split=train_part, train=True, joint=joint, **env_kwargs))
+    eval_env = VecMonitor(RoutingSB3VecEnv(min(n_envs, len(validation)), seed=config.seed + 1, split=validation,
+                                           train=False, **env_kwargs))
+    routing = {"agent": config.agent, "env": env_id, "dataset": config.dataset, "arch": config.arch,
+               "width": config.width, "classes": len(task.classes), "k_cpt": config.k_cpt,
+               "joint": dataclasses.asdict(joint)}
 
     checkpoint = latest_checkpoint(run_dir) if resume else None
     history_path = run_dir / HISTORY_FILE
@@ -231,7 +253,7 @@ def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, devic
 
     k_cpts = list(K_CPT_VALUES) if config.dynamic_k_cpt else [float(config.k_cpt)]
     validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),
-                                     history_path, history)
+                                     history_path, history, task)
 
     def every(steps: int) -> int:  # SB3 callbacks count calls: one per n_envs environment steps
         return max(1, steps // n_envs)
@@ -253,4 +275,4 @@ def train_sb3(config: TrainConfig, dataset: RoutingDataset, run_dir: Path, devic
         model.save(run_dir / CHECKPOINTS / f"{config.agent}_{model.num_timesteps}_steps.zip")
         raise
     model.save(run_dir / MODEL_FILE)
-    return SB3Result(model, net, validation_callback.history, k_cpts, tuple(dataset.classes))
+    return SB3Result(model, net, validation_callback.history, k_cpts, task.classes, task.sources, task)

@@ -63,19 +63,20 @@ class Validation(BaseCallback):
     Args:
         decide: k_cpt -> the agent's routing ``decide`` at that cost.
         history: entries ``{"iteration", "evaluations"}`` of an earlier part of the run.
+        task: the routing task, whose memory episodes of frames carry.
     """
 
     def __init__(self, net: RoutedNet, validation: Split, k_cpts: list[float], decide: Callable[[float], Decide],
-                 path: Path, history: list[dict] | None = None):
+                 path: Path, history: list[dict] | None = None, task=None):
         super().__init__()
-        self.net, self.validation, self.k_cpts, self.decide = net, validation, k_cpts, decide
+        self.net, self.validation, self.k_cpts, self.decide, self.task = net, validation, k_cpts, decide, task
         self.path = Path(path)
         self.history = list(history or [])
 
     def _on_step(self) -> bool:
         entry = {"iteration": self.num_timesteps, "evaluations": []}
         for k_cpt in self.k_cpts:
-            result = evaluate(self.net, self.validation, k_cpt, self.decide(k_cpt))
+            result = evaluate(self.net, self.validation, k_cpt, self.decide(k_cpt), task=self.task)
             entry["evaluations"].append(result)
             suffix = "" if len(self.k_cpts) == 1 else f"_k{k_cpt:g}"
             for tag, value in evaluation_scalars(result, "val" + suffix).items():

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 from routing_rl.envs.routing_env import RoutingEnv
-from routing_rl.envs.sb3_vec_env import RoutingVecEnv
+from routing_rl.envs.sb3_vec_env import RoutingSB3VecEnv
 from timing import sync
 
 from routing_rl.data import RoutingDataset, Split
@@ -82,7 +82,7 @@ def run(device: torch.device, num_envs: int = 256, rounds: int = 7, steps: int =
         with torch.no_grad():
             net(x)
 
-    vec_env = RoutingVecEnv(num_envs, dataset=dataset, net=net, train=False, seed=0)
+    vec_env = RoutingSB3VecEnv(num_envs, dataset=dataset, net=net, train=False, seed=0)
     vec_env.reset()
     env = RoutingEnv(dataset=dataset, net=net, train=False)
     env.reset(seed=0)

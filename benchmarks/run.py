@@ -26,6 +26,7 @@ BENCHMARKS = {
     "data": "bench_data",
     "learners": "bench_learners",
     "vecenv": "bench_vecenv",
+    "video": "bench_video",
 }
 
 

@@ -1,9 +1,11 @@
 """Routing as Gymnasium environments: one junction decision per step.
 
-* :class:`RoutingEnv` — one example per episode (``gym.make("routing_rl/HybridRouting-v0")``);
-* :class:`RoutingVecEnv` — Stable-Baselines3 ``VecEnv`` with N examples in flight, batched
-  by node;
-* :class:`RoutingVectorEnv` — the same for Gymnasium (``gym.make_vec``);
+* :class:`RoutingTask` — the interface of a routing problem (data, net, costs, episodes);
+  :func:`register_task` makes it a Gymnasium id (see ``docs/plugins.md``);
+* :class:`RoutingEnv` — one episode at a time (``gym.make("routing_rl/HybridRouting-v0")``);
+* :class:`RoutingSB3VecEnv` — Stable-Baselines3 ``VecEnv`` with N episodes in flight,
+  batched by node (``RoutingVecEnv`` is its earlier name);
+* :class:`RoutingGymVectorEnv` — the same for Gymnasium (``gym.make_vec``);
 * :class:`ObservationLayout` — observation and action spaces, shared with evaluation;
 * :class:`JointTraining` — how the environment trains the feature network.
 
@@ -14,9 +16,15 @@ imported on first use, so that ``import routing_rl`` (which registers the ids) s
 from importlib import import_module
 
 _EXPORTS = {
+    "RoutingTask": "task",
+    "register_task": "registration",
+    "make_task": "task",
+    "task_from_env": "task",
+    "ImageTask": "image_task",
     "RoutingEnv": "routing_env",
+    "RoutingSB3VecEnv": "sb3_vec_env",
     "RoutingVecEnv": "sb3_vec_env",
-    "RoutingVectorEnv": "gym_vector_env",
+    "RoutingGymVectorEnv": "gym_vector_env",
     "ObservationLayout": "observation",
     "JointTraining": "joint",
     "FeatureTrainer": "joint",

@@ -2,50 +2,56 @@
 
 Every routing environment (single, SB3 vector, Gymnasium vector) takes the same keywords:
 
-dataset: a dataset name (``hybrid``, ``cifar10``, ``cifar2``, ``cifar5``, ``mnist``), loaded
-    with ``data_dir`` (default ``$ROUTING_RL_DATA_DIR``) when the env is built, never at
-    import; or a :class:`~routing_rl.data.RoutingDataset` already in memory.
-split: ``"train"`` or ``"test"`` of that dataset, or any :class:`~routing_rl.data.Split`
+task: the :class:`~routing_rl.envs.task.RoutingTask` — an instance, its class or factory, or
+    ``"module:name"``; every keyword not listed here goes to its constructor (for the paper's
+    images, ``dataset=`` a name or a :class:`~routing_rl.data.RoutingDataset`, and
+    ``data_dir=``; without ``task``, ``dataset=`` alone means the paper's image task).
+split: ``"train"`` or ``"test"`` of the task's dataset, or any :class:`~routing_rl.data.Split`
     (a validation part, a tiny synthetic set).
-arch, width: the net to build (:func:`routing_rl.nets.multiscale.build`: ``chain`` or
-    ``tree``), unless ``net`` gives an existing :class:`~routing_rl.core.graph.RoutedNet` (to share
-    a trained net, or one between a training and an evaluation env). The net's device is
-    where the env computes; a built net goes to ``device``.
+arch, width: the net to build (one of the task's ``archs``; default: its first), unless
+    ``net`` gives an existing :class:`~routing_rl.core.graph.RoutedNet` (to share a trained
+    net, or one between a training and an evaluation env). A built net goes to ``device``.
+seed: initialises a built net's weights (default 0): equal seeds, equal nets.
 k_cpt: cost per MAC, or ``"dynamic"`` (one of ``K_CPT_VALUES`` per episode, observed).
 error_cost: ``cross_entropy`` (default) or ``zero_one``: the c_err in the leaf's reward.
+clip_actions: an action past the current junction's last sink takes the last sink, for
+    agents that cannot mask actions (DQN on the tree); off (the default), it raises.
 train: joint training of the feature network on the agent's paths (see
     :mod:`~routing_rl.envs.joint`); off: frozen net, no augmentation, deterministic.
 joint: the joint training options (:class:`~routing_rl.envs.joint.JointTraining`).
+share: set by registration (:class:`~routing_rl.envs.registration.NetShare`): the sub-envs
+    of one ``gym.make_vec(..., vectorization_mode="sync")`` share one net and its trainer.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from routing_rl.envs.joint import FeatureTrainer, JointTraining
-from routing_rl.envs.observation import ObservationLayout
+from routing_rl.envs.registration import IMAGE_TASK, NetShare
+from routing_rl.envs.task import RoutingTask, TaskFactory, make_task
 from routing_rl.envs.traffic import Traffic
 
 from routing_rl.core.costs import ERROR_COSTS, check_k_cpt
-from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.core.graph import RoutedNet
-from routing_rl.nets.multiscale import build
+from routing_rl.data import Split
 
 
 def make_traffic(
     n: int,
-    dataset: str | RoutingDataset = "hybrid",
+    task: RoutingTask | TaskFactory | None = None,
     split: str | Split = "train",
-    arch: str = "chain",
+    arch: str | None = None,
     width: int = 1,
     k_cpt: float | str = 4e-9,
     error_cost: str = "cross_entropy",
+    clip_actions: bool = False,
     train: bool = True,
     joint: JointTraining | None = None,
     net: RoutedNet | None = None,
     device: str | torch.device = "cpu",
-    data_dir: str | Path | None = None,
+    seed: int = 0,
+    share: NetShare | None = None,
+    **task_kwargs,
 ) -> Traffic:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"the number of examples in flight must be a positive integer, got {n!r}")
@@ -53,18 +59,29 @@ def make_traffic(
         k_cpt = check_k_cpt(k_cpt)
     if error_cost not in ERROR_COSTS:
         raise ValueError(f"unknown error cost {error_cost!r}; choose one of {', '.join(ERROR_COSTS)}")
-    if isinstance(dataset, str):
-        dataset = load_dataset(dataset, data_dir=data_dir)
+    if task is None:
+        if "dataset" not in task_kwargs:
+            raise ValueError("no task to route: give task= (a RoutingTask, its class or 'module:name'), "
+                             "or dataset= for the paper's image task")
+        task = IMAGE_TASK
+    task = make_task(task, **task_kwargs)
     if isinstance(split, str):
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train', 'test' or a Split, got {split!r}")
-        split = getattr(dataset, split)
+        split = getattr(task.dataset(), split)
     if len(split) == 0:
         raise ValueError("the split has no examples to route")
+    trainer = None
+    if net is None and share is not None and share.net is not None:
+        net, trainer = share.net, share.trainer
     if net is None:
-        net = build(arch, width, len(dataset.classes)).to(device)
-    elif net.classes != len(dataset.classes):
-        raise ValueError(f"the net predicts {net.classes} classes, the dataset has {len(dataset.classes)}")
-    layout = ObservationLayout(net, dynamic_k_cpt=k_cpt == "dynamic")
-    trainer = FeatureTrainer(net, joint or JointTraining())
-    return Traffic(net, split, n, layout, k_cpt, error_cost, trainer, training=bool(train))
+        net = task.make_net(arch, width, seed=seed, device=device)
+    elif net.classes != len(task.classes):
+        raise ValueError(f"the net predicts {net.classes} classes, the dataset has {len(task.classes)}")
+    layout = task.observation_layout(net, dynamic_k_cpt=k_cpt == "dynamic")
+    layout.clip_actions = bool(clip_actions)
+    if trainer is None:
+        trainer = FeatureTrainer(net, joint or JointTraining())
+    if share is not None and share.net is None:
+        share.net, share.trainer = net, trainer
+    return Traffic(task, net, split, n, layout, k_cpt, error_cost, trainer, training=bool(train))

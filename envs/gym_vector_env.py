@@ -1,12 +1,6 @@
 """The same batched stepping as a Gymnasium ``VectorEnv``, for ``gym.make_vec``.
 
     >>> envs = gym.make_vec("routing_rl/HybridRouting-v0", num_envs=256)
-
-Autoreset is same-step (``metadata["autoreset_mode"]``): a finished sub-environment returns
-its next episode's first observation, with the leaf's in ``infos["final_obs"]`` and its info
-in ``infos["final_info"]``. Infos are Gymnasium's dict of arrays, each key with a ``_key``
-mask: ``macs``, ``label``, ``source``, ``k_cpt`` for every sub-environment, and ``leaf``,
-``correct``, ``c_err`` in ``final_info`` where an episode ended.
 """
 
 from __future__ import annotations
@@ -16,8 +10,6 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 from routing_rl.envs.factory import make_traffic
 from routing_rl.envs.traffic import Finished, Traffic, TrafficControls
-
-from routing_rl.data import SOURCES
 
 
 def _masked(values: dict[str, np.ndarray], mask: np.ndarray) -> dict:
@@ -32,12 +24,48 @@ def slot_infos(traffic: Traffic) -> dict[str, np.ndarray]:
     return _masked({
         "macs": traffic.macs.copy(),
         "label": traffic.label,
-        "source": np.array(SOURCES, dtype=object)[traffic.source],
+        "source": traffic.source_names[traffic.source],
         "k_cpt": traffic.k_cpt.copy(),
     }, everyone)
 
 
-class RoutingVectorEnv(TrafficControls, VectorEnv):
+class RoutingGymVectorEnv(TrafficControls, VectorEnv):
+    """:class:`~routing_rl.envs.routing_env.RoutingEnv` ``num_envs`` times over, as one Gymnasium ``VectorEnv``.
+
+    What ``gym.make_vec(id, num_envs=N)`` gives for a routing id (its ``vector_entry_point``).
+    Each sub-environment is one slot of a :class:`~routing_rl.envs.traffic.Traffic`; episodes
+    at the same node run through the net as one batch.
+
+    ## Action Space
+    ``MultiDiscrete([max sinks] * num_envs)``: one sink per sub-environment.
+    :meth:`action_masks` gives ``(num_envs, max sinks)`` valid actions; invalid actions
+    (past a junction's last sink, fractions, NaN, None, strings, other shapes) raise ValueError.
+
+    ## Observation Space
+    As :class:`RoutingEnv`, batched: ``Box`` of shape ``(num_envs, size)``, float32.
+
+    ## Rewards
+    As :class:`RoutingEnv`: ``-k_cpt × MACs`` per step and ``-c_err`` at a leaf.
+
+    ## Starting State
+    Every sub-environment draws an episode at ``reset(seed=...)`` (one generator for all;
+    a list of seeds uses its first).
+
+    ## Episode End
+    A sub-environment terminates when its episode reaches its (last frame's) leaf. Autoreset
+    is same-step (``metadata["autoreset_mode"]``): it returns its next episode's first
+    observation, with the leaf's in ``infos["final_obs"]`` and its info in
+    ``infos["final_info"]``. Never truncated.
+
+    ## Arguments
+    ``num_envs`` and the keywords of :class:`RoutingEnv` (:mod:`~routing_rl.envs.factory`).
+
+    ## Info
+    Gymnasium's dict of arrays, each key with a ``_key`` mask: ``macs``, ``label``,
+    ``source``, ``k_cpt`` for every sub-environment, and ``leaf``, ``correct``, ``c_err`` in
+    ``final_info`` where an episode ended.
+    """
+
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, num_envs: int, **kwargs):
@@ -57,19 +85,24 @@ class RoutingVectorEnv(TrafficControls, VectorEnv):
         traffic = self.traffic
         finished = traffic.move(actions)
         rewards = traffic.charge(finished)
+        done = finished.done
         ended = np.zeros(self.num_envs, dtype=bool)
-        ended[finished.slots] = True
+        ended[done] = True
         infos = {}
-        if finished.slots.size:
+        if done.size:
             final_obs = np.full(self.num_envs, None, dtype=object)
-            for slot, terminal in zip(finished.slots, traffic.layout.terminal(traffic.k_cpt[finished.slots])):
+            for slot, terminal in zip(done, traffic.layout.terminal(traffic.k_cpt[done])):
                 final_obs[slot] = terminal
             final_info = slot_infos(traffic)
             final_info.update(_masked(self._at_leaves(finished), ended))
             infos = {"final_obs": final_obs, "_final_obs": ended, "final_info": final_info, "_final_info": ended}
-            traffic.start(finished.slots, self.np_random)
+        traffic.refill(finished, self.np_random)
         infos.update(slot_infos(traffic))
         return traffic.observe(), rewards, ended, np.zeros(self.num_envs, dtype=bool), infos
+
+    def action_masks(self) -> np.ndarray:
+        """``(num_envs, max sinks)`` bool: the actions valid at each sub-environment's junction."""
+        return self.traffic.action_masks()
 
     def _at_leaves(self, finished: Finished) -> dict[str, np.ndarray]:
         leaf = np.full(self.num_envs, None, dtype=object)

@@ -10,10 +10,12 @@ junctions differ in descriptor size and number of sinks:
   routers read it). At a leaf (the terminal observation) descriptor and one-hot are zero.
   Descriptors are unbounded (ReLU features of any size), so their bounds are ±inf; the
   one-hot lies in [0, 1] and the k_cpt entry in [0, max(K_CPT_VALUES) × 1e7].
-* action — ``Discrete(max sinks)``: sink ``a`` of the current junction. A junction with
-  fewer sinks reads an action past its last sink as its last sink (:meth:`sinks`): in the
-  paper's nets sink 0 is "exit here" and the others go deeper, so a "go deeper" action stays
-  one where fewer ways go deeper.
+* action — ``Discrete(max sinks)``: sink ``a`` of the current junction. Where junctions
+  have different numbers of sinks (the tree), :meth:`ObservationLayout.masks` says which
+  actions are valid (the envs' ``action_masks()``, for sb3-contrib's ``MaskablePPO``), and an
+  action past the junction's last sink raises ValueError — unless ``clip_actions`` is on
+  (for agents that cannot mask, such as DQN), when it takes the last sink: in the paper's
+  nets sink 0 is "exit here" and the others go deeper, so "go deeper" stays one.
 
 :class:`ObservationLayout` builds the same vector for the environments (a whole batch of
 in-flight examples at once) and for evaluation (:func:`observe` from a
@@ -46,6 +48,38 @@ def descriptor_sizes(net: RoutedNet) -> dict[str, int]:
     return {name: int(out.descriptors[name].shape[1]) for name in net.junctions}
 
 
+def check_actions(actions, n: int, n_actions: int) -> np.ndarray:
+    """``(n,)`` int64 actions from what an agent gave; ValueError for anything else.
+
+    Accepted: ``n`` whole numbers in ``0..n_actions - 1`` (ints, or floats that are whole),
+    as an array, a list, or a scalar when ``n`` is 1. Refused, naming the problem: None,
+    strings, booleans, fractions (0.7), NaN, numbers out of range (2**63), other shapes.
+    """
+    if type(actions) is int or isinstance(actions, np.integer):  # one env's usual action: no array checks
+        if n == 1 and 0 <= actions < n_actions:
+            return np.array([actions], dtype=np.int64)
+    elif isinstance(actions, np.ndarray) and actions.dtype.kind in "iu" and actions.shape == (n,):  # an agent's batch
+        if n == 0 or (actions.min() >= 0 and actions.max() < n_actions):
+            return actions.astype(np.int64, copy=False)
+    expected = f"{n} integer action{'s' if n > 1 else ''} in 0..{n_actions - 1}"
+    if actions is None:
+        raise ValueError(f"expected {expected}, got None")
+    try:
+        array = np.asarray(actions)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected {expected}, got {actions!r}") from None
+    if array.dtype.kind not in "iuf":
+        raise ValueError(f"expected {expected}, got {actions!r} ({array.dtype} values)")
+    if array.size != n or array.ndim > 2 or (array.ndim == 2 and array.shape[1] != 1):
+        raise ValueError(f"expected {expected} (shape ({n},)), got shape {array.shape}")
+    array = array.reshape(n)
+    if array.dtype.kind == "f" and not (np.isfinite(array).all() and (array == np.round(array)).all()):
+        raise ValueError(f"expected {expected}, got {array.tolist()}: actions are sink numbers, not fractions")
+    if n and (array.min() < 0 or array.max() > n_actions - 1):
+        raise ValueError(f"expected {expected}, got {array.tolist()}")
+    return array.astype(np.int64)
+
+
 class ObservationLayout:
     """The observation and action spaces of routing decisions in ``net``.
 
@@ -59,6 +93,9 @@ class ObservationLayout:
         descriptor_size: the padded descriptor length.
         size: the observation length.
     """
+
+    clip_actions = False
+    """Whether an action past a junction's last sink takes the last sink instead of raising."""
 
     def __init__(self, net: RoutedNet, dynamic_k_cpt: bool = False):
         if not net.junctions:
@@ -90,8 +127,24 @@ class ObservationLayout:
         )
 
     def sinks(self, junction: str, actions: np.ndarray) -> np.ndarray:
-        """The sink each action picks at ``junction``: actions past the last sink take the last."""
-        return np.minimum(actions, self.n_sinks[self.junction_index[junction]] - 1)
+        """The sink each action (checked by :func:`check_actions`) picks at ``junction``."""
+        n_sinks = self.n_sinks[self.junction_index[junction]]
+        if self.clip_actions:
+            return np.minimum(actions, n_sinks - 1)
+        if actions.size and actions.max() >= n_sinks:
+            raise ValueError(f"action {int(actions.max())} at junction {junction!r}, which has only sinks "
+                             f"0..{n_sinks - 1}; mask actions with the env's action_masks() (sb3-contrib's "
+                             "MaskablePPO does), or make the env with clip_actions=True")
+        return actions
+
+    def masks(self, junctions: list[str | None]) -> np.ndarray:
+        """``(b, max sinks)`` bool: the valid actions of examples at ``junctions`` (None: at
+        a leaf, where every action is accepted and ignored)."""
+        out = np.ones((len(junctions), self.action_space.n), dtype=bool)
+        for row, name in enumerate(junctions):
+            if name is not None:
+                out[row, self.n_sinks[self.junction_index[name]]:] = False
+        return out
 
     def write(self, out: torch.Tensor, rows, junction: str, descriptor: torch.Tensor) -> None:
         """Fill descriptor and one-hot of ``out[rows]`` (zeros elsewhere) for examples at ``junction``."""

@@ -1,17 +1,27 @@
-"""The ``routing_rl/`` environment ids, registered on ``import routing_rl``.
+"""Gymnasium registration of routing tasks; the ``routing_rl/`` ids are registered on ``import routing_rl``.
 
 Registration only records entry points (strings): nothing heavy is imported and no data is
-loaded until an environment is made. Each id fixes a dataset; every keyword of
-:mod:`~routing_rl.envs.factory` can be overridden at ``gym.make`` (``arch="tree"``,
-``k_cpt="dynamic"``, ``train=False``, ``dataset=<a RoutingDataset>``, ...).
-``gym.make_vec(id, num_envs=N)`` gives the batched :class:`RoutingVectorEnv`; for SB3 use
-``RoutingVecEnv.make(id, num_envs=N)``.
+loaded until an environment is made. Each built-in id is an
+:class:`~routing_rl.envs.image_task.ImageTask` with a dataset name; every keyword can be
+overridden at ``gym.make`` (``arch="tree"``, ``k_cpt="dynamic"``, ``train=False``, ``seed=1``,
+``dataset=<a RoutingDataset>``, ...). ``gym.make_vec(id, num_envs=N)`` gives the batched
+:class:`~routing_rl.envs.gym_vector_env.RoutingGymVectorEnv`; for SB3 use
+``RoutingSB3VecEnv.make(id, num_envs=N)``.
 """
 
 from __future__ import annotations
 
 import gymnasium as gym
 
+ENV_KEYWORDS = ("split", "arch", "width", "k_cpt", "error_cost", "clip_actions", "train", "joint", "net", "device",
+                "seed", "share")
+"""Keywords every routing env takes itself; any other keyword goes to the task's constructor."""
+
+ENTRY_POINT = "routing_rl.envs.routing_env:RoutingEnv"
+VECTOR_ENTRY_POINT = "routing_rl.envs.gym_vector_env:RoutingGymVectorEnv"
+IMAGE_TASK = "routing_rl.envs.image_task:ImageTask"
+VIDEO_TASK = "routing_rl.envs.video_task:VideoTask"
+VIDEO_ENV = "routing_rl/VideoRouting-v0"
 ENV_DATASETS = {
     "routing_rl/HybridRouting-v0": "hybrid",
     "routing_rl/CIFAR10Routing-v0": "cifar10",
@@ -21,13 +31,54 @@ ENV_DATASETS = {
 }
 
 
+class NetShare:
+    """Holds the net (and its feature trainer) of the first env made with it, for the others.
+
+    Registration puts a fresh one in every id's keywords. ``gym.make`` deep-copies those, so
+    each made env gets an empty one and builds its own net; ``gym.make_vec(...,
+    vectorization_mode="sync")`` copies them once for all its sub-envs, which therefore route
+    and train one net. (Sub-envs in ``"async"`` mode live in separate processes: each builds
+    its own net, from the same seed.)
+    """
+
+    def __init__(self):
+        self.net = None
+        self.trainer = None
+
+    def __deepcopy__(self, memo) -> NetShare:
+        return NetShare()
+
+
+def _holds_data(value) -> bool:
+    """Whether ``value`` is a tensor, a module, a split or a dataset (checked without importing torch)."""
+    return hasattr(value, "state_dict") or type(value).__name__ in ("Tensor", "Parameter", "Split", "RoutingDataset")
+
+
+def register_task(env_id: str, task, **kwargs) -> None:
+    """Register ``task`` (a :class:`~routing_rl.envs.task.RoutingTask` class, a function
+    returning one, or the ``"module:name"`` of either) as Gymnasium environment ``env_id``.
+
+    ``kwargs`` are the defaults of ``gym.make(env_id, ...)``: the env's own keywords
+    (:data:`ENV_KEYWORDS`: ``arch``, ``k_cpt``, ``seed``, ...) and the task's constructor
+    keywords, which must be plain values (Gymnasium deep-copies them on every make).
+    ``gym.make`` gives a :class:`~routing_rl.envs.routing_env.RoutingEnv`, ``gym.make_vec``
+    the batched :class:`~routing_rl.envs.gym_vector_env.RoutingGymVectorEnv`.
+    """
+    if not isinstance(task, (str, type)) and hasattr(task, "load_dataset"):
+        raise TypeError("register the task's class or factory (or 'module:name'), not an instance: "
+                        "Gymnasium would copy its data on every gym.make")
+    heavy = sorted(key for key, value in kwargs.items() if _holds_data(value))
+    if heavy:
+        raise TypeError(f"registered keywords {heavy} hold tensors, data or a net, which Gymnasium would deep-copy "
+                        "on every gym.make; register plain values (a dataset name, sizes) and load the data in "
+                        "the task's load_dataset(), or pass objects to gym.make itself")
+    gym.register(id=env_id, entry_point=ENTRY_POINT, vector_entry_point=VECTOR_ENTRY_POINT,
+                 kwargs={"task": task, "share": NetShare(), **kwargs})
+
+
 def register_envs() -> None:
     for env_id, dataset in ENV_DATASETS.items():
-        if env_id in gym.registry:
-            continue
-        gym.register(
-            id=env_id,
-            entry_point="routing_rl.envs.routing_env:RoutingEnv",
-            vector_entry_point="routing_rl.envs.gym_vector_env:RoutingVectorEnv",
-            kwargs={"dataset": dataset, "arch": "chain", "k_cpt": 4e-9},
-        )
+        if env_id not in gym.registry:
+            register_task(env_id, IMAGE_TASK, dataset=dataset, arch="chain", k_cpt=4e-9)
+    if VIDEO_ENV not in gym.registry:
+        register_task(VIDEO_ENV, VIDEO_TASK, arch="video", k_cpt=4e-9)

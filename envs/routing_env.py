@@ -1,17 +1,4 @@
-"""Routing as a Gymnasium environment: one episode carries one input from the root to a leaf.
-
-At each junction the agent observes the router's input — the node's descriptor, the
-junction's identity and, with a dynamic k_cpt, the cost (:mod:`~routing_rl.envs.observation`)
-— and picks a sink. Reward per step ``-k_cpt × MACs`` computed in that step (routers
-included), plus ``-c_err`` at the leaf, where the episode terminates; an episode's return is
-the paper's ``-c_inf`` (:mod:`~routing_rl.envs.traffic`). Episodes never truncate.
-
-``info``: ``macs`` so far, ``label``, ``source`` (``mnist``/``cifar``) and ``k_cpt`` at every
-step; at the leaf also ``leaf`` (its name), ``correct`` and ``c_err``.
-
-Training mode (the default, ``train=True``) also trains the feature network on the paths
-chosen (:mod:`~routing_rl.envs.joint`); ``env.unwrapped.eval()`` (or ``train=False``) freezes
-it, and then equal seeds give equal episodes. Keywords: :mod:`~routing_rl.envs.factory`.
+"""Routing as a Gymnasium environment: one agent routes one episode at a time.
 
     >>> import gymnasium as gym, routing_rl
     >>> env = gym.make("routing_rl/HybridRouting-v0", k_cpt=4e-9)
@@ -27,6 +14,56 @@ from routing_rl.envs.traffic import Finished, TrafficControls
 
 
 class RoutingEnv(TrafficControls, gym.Env):
+    """Route the inputs of a :class:`~routing_rl.envs.task.RoutingTask` through its routed net,
+    one junction decision per step.
+
+    ## Description
+    An episode carries one input of the task's dataset (or, for a task of sequences, its
+    frames one after another) from the net's root to a leaf, which classifies it. At every
+    junction the agent picks the sink the input goes on to; the nodes between two junctions
+    run without asking. Computation costs ``k_cpt`` per MAC, errors cost c_err: the return
+    is the paper's ``-c_inf`` (McGill & Perona 2017, Section 3.2).
+
+    ## Action Space
+    ``Discrete(max sinks)``: the sink of the current junction to go to. Where junctions have
+    fewer sinks, :meth:`action_masks` marks the valid actions and an invalid one raises
+    ValueError (unless ``clip_actions=True``: the last sink). Actions must be whole numbers:
+    ``0.7``, NaN, None, strings and arrays of another shape are refused.
+
+    ## Observation Space
+    ``Box(float32)``: ``[descriptor | junction one-hot | k_cpt × 1e7]`` — the junction node's
+    descriptor (what its router would read), zero-padded to the largest in the net; a one-hot
+    of the junction; and, only with ``k_cpt="dynamic"``, the episode's cost per ten million
+    MACs. All zeros (but the cost) at a leaf. A task may observe otherwise
+    (:meth:`RoutingTask.observation_layout`).
+
+    ## Rewards
+    ``-k_cpt × MACs`` of the nodes and routers computed in the step (the nodes from the root
+    to the first junction are charged in the first step), plus ``-c_err`` (the task's error
+    cost: cross-entropy in nats, or 0/1) when a leaf is reached.
+
+    ## Starting State
+    A uniformly drawn input of the split (``np_random``), its k_cpt (one of ``K_CPT_VALUES``
+    when dynamic), run from the root to the first junction.
+
+    ## Episode End
+    Terminates when the input — for a task of sequences, its last frame — reaches a leaf.
+    Never truncated (a path is at most the depth of the net).
+
+    ## Arguments
+    ``gym.make(id, task=..., split="train", arch=None, width=1, seed=0, k_cpt=4e-9,
+    error_cost="cross_entropy", clip_actions=False, train=True, joint=None, net=None,
+    device="cpu", **task_keywords)`` — see :mod:`~routing_rl.envs.factory`. ``seed`` fixes the
+    net's initial weights; ``reset(seed=...)`` the episodes. With ``train=True`` (default)
+    the env also trains the net's transforms and heads on the paths chosen
+    (:mod:`~routing_rl.envs.joint`); ``env.unwrapped.eval()`` freezes it.
+
+    ## Info
+    ``macs`` so far, ``label``, ``source`` (the task's source name) and ``k_cpt`` at every
+    step; at a leaf also ``leaf`` (its name), ``correct``, ``c_err`` (and ``frame`` for
+    sequences).
+    """
+
     metadata = {"render_modes": []}
 
     def __init__(self, **kwargs):
@@ -43,7 +80,14 @@ class RoutingEnv(TrafficControls, gym.Env):
     def step(self, action):
         if not self.traffic.waiting:
             raise RuntimeError("the episode has reached a leaf; call reset() before step()")
-        finished = self.traffic.move(np.array([action]))
+        finished = self.traffic.move(action)
         reward = float(self.traffic.charge(finished)[0])
-        observation = self.traffic.observe()[0]
-        return observation, reward, bool(finished.slots.size), False, self.traffic.infos(finished)[0]
+        info = self.traffic.infos(finished)[0]
+        terminated = bool(finished.ended.any())
+        if finished.slots.size and not terminated:
+            self.traffic.refill(finished, self.np_random)
+        return self.traffic.observe()[0], reward, terminated, False, info
+
+    def action_masks(self) -> np.ndarray:
+        """``(max sinks,)`` bool: the actions valid at the current junction."""
+        return self.traffic.action_masks()[0]

@@ -1,21 +1,12 @@
-"""A native Stable-Baselines3 ``VecEnv``: ``num_envs`` examples in flight, stepped as batches.
-
-Each of the ``num_envs`` sub-environments is one slot of a
-:class:`~routing_rl.envs.traffic.Traffic`: examples at the same node run through it as one
-batch, so a step costs a few batched transforms, not ``num_envs`` forward passes. Episodes
-auto-reset as SB3 expects: the observation returned for a finished slot is its next
-episode's first, and ``infos[i]["terminal_observation"]`` holds the leaf's.
+"""A native Stable-Baselines3 ``VecEnv``: ``num_envs`` episodes in flight, stepped as batches.
 
 Every SB3 algorithm takes it directly; wrap it in ``VecMonitor`` for episode statistics::
 
-    env = VecMonitor(RoutingVecEnv(256, dataset="hybrid", k_cpt=4e-9))
+    env = VecMonitor(RoutingSB3VecEnv(256, dataset="hybrid", k_cpt=4e-9))
     # or from a registered id, with its keywords:
-    env = VecMonitor(RoutingVecEnv.make("routing_rl/HybridRouting-v0", num_envs=256))
+    env = VecMonitor(RoutingSB3VecEnv.make("routing_rl/HybridRouting-v0", num_envs=256))
 
-The sub-environments share one net, one dataset and one random generator, so
-``get_attr`` / ``set_attr`` / ``env_method`` act on this object and answer the same for every
-index. ``seed(s)`` (or the algorithm's ``seed=``) takes effect at the next ``reset()``.
-Keywords and modes: :mod:`~routing_rl.envs.factory`, :mod:`~routing_rl.envs.routing_env`.
+``RoutingVecEnv`` is the same class under its earlier name (the README used it).
 """
 
 from __future__ import annotations
@@ -23,7 +14,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 from routing_rl.envs.factory import make_traffic
-from routing_rl.envs.traffic import Finished, TrafficControls
+from routing_rl.envs.routing_env import RoutingEnv
+from routing_rl.envs.task import env_spec
+from routing_rl.envs.traffic import Finished, Traffic, TrafficControls
 from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnv,
     VecEnvIndices,
@@ -31,20 +24,84 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 
-class RoutingVecEnv(TrafficControls, VecEnv):
+class RoutingSB3VecEnv(TrafficControls, VecEnv):
+    """:class:`~routing_rl.envs.routing_env.RoutingEnv` ``num_envs`` times over, as one SB3 ``VecEnv``.
+
+    Each sub-environment is one slot of a :class:`~routing_rl.envs.traffic.Traffic`:
+    episodes at the same node run through it as one batch, so a step costs a few batched
+    transforms, not ``num_envs`` forward passes.
+
+    ## Action Space
+    Per sub-environment, as :class:`RoutingEnv`: ``Discrete(max sinks)``; ``step`` takes
+    ``(num_envs,)`` integers. :meth:`action_masks` gives ``(num_envs, max sinks)``; SB3's
+    ``env_method("action_masks")`` one row per sub-environment (sb3-contrib's ``MaskablePPO``
+    trains on the tree without a wrapper). Invalid actions raise ValueError.
+
+    ## Observation Space
+    As :class:`RoutingEnv`, batched: ``(num_envs, size)`` float32.
+
+    ## Rewards
+    As :class:`RoutingEnv`: ``-k_cpt × MACs`` per step and ``-c_err`` at a leaf; float32.
+
+    ## Starting State
+    Every slot draws an episode at ``reset()``, from a generator seeded by ``seed`` (or by
+    ``seed(s)`` / the algorithm's ``seed=``, which takes effect at the next ``reset()``).
+
+    ## Episode End
+    A slot is done when its episode reaches its (last frame's) leaf; it auto-resets as SB3
+    expects: the observation returned is its next episode's first, and
+    ``infos[i]["terminal_observation"]`` holds the leaf's. Never truncated.
+
+    ## Arguments
+    ``num_envs``: slots in flight; ``seed``: the episodes' generator, and the net's weights
+    (``net_seed`` when they should differ); other keywords as :class:`RoutingEnv`
+    (:mod:`~routing_rl.envs.factory`). :meth:`make` builds one from a registered id.
+
+    The sub-environments share one net, one task and one random generator, so ``get_attr`` /
+    ``set_attr`` / ``env_method`` act on this object and answer the same for every index
+    (but ``action_masks``, which answers per slot).
+    """
+
     render_mode = None
 
-    def __init__(self, num_envs: int, seed: int | None = None, **kwargs):
-        self.traffic = make_traffic(num_envs, **kwargs)
+    def __init__(self, num_envs: int, seed: int | None = None, net_seed: int | None = None, *,
+                 traffic: Traffic | None = None, **kwargs):
+        if traffic is None:
+            net_seed = net_seed if net_seed is not None else (seed if seed is not None else 0)
+            traffic = make_traffic(num_envs, seed=net_seed, **kwargs)
+        elif kwargs:
+            raise TypeError(f"keywords {sorted(kwargs)} given beside a traffic")
+        self.traffic = traffic
         self.layout = self.traffic.layout
         self.rng = np.random.default_rng(seed)
         self._actions: np.ndarray | None = None
         super().__init__(num_envs, self.layout.observation_space, self.layout.action_space)
 
     @classmethod
-    def make(cls, env_id: str, num_envs: int, seed: int | None = None, **kwargs) -> RoutingVecEnv:
-        """The batched version of ``gym.make(env_id, **kwargs)`` for a ``routing_rl/`` id."""
-        return cls(num_envs, seed=seed, **{**gym.spec(env_id).kwargs, **kwargs})
+    def make(cls, env_id: str, num_envs: int, seed: int | None = None, **kwargs) -> RoutingSB3VecEnv:
+        """The batched version of ``gym.make(env_id, **kwargs)``, ``"module:id"`` included.
+
+        An id registered with :func:`~routing_rl.envs.task.register_task` is built from its
+        registered keywords updated by ``kwargs``; any other entry point is called through
+        ``gym.make`` and must give a :class:`RoutingEnv`, whose task, net and settings the
+        vector env then shares.
+        """
+        spec = env_spec(env_id)
+        if spec.entry_point in (RoutingEnv, "routing_rl.envs.routing_env:RoutingEnv"):
+            values = {key: value for key, value in spec.kwargs.items() if key != "share"}
+            values.update(kwargs)
+            if "seed" in values:  # the registered net seed
+                values.setdefault("net_seed", values.pop("seed"))
+            return cls(num_envs, seed=seed, **values)
+        env = gym.make(env_id, **kwargs)
+        if not isinstance(env.unwrapped, RoutingEnv):
+            raise TypeError(f"{spec.id!r} makes a {type(env.unwrapped).__name__}, not a RoutingEnv; "
+                            "RoutingSB3VecEnv batches routing envs only (register yours with register_task)")
+        return cls(num_envs, seed=seed, traffic=env.unwrapped.traffic.with_slots(num_envs))
+
+    def action_masks(self) -> np.ndarray:
+        """``(num_envs, max sinks)`` bool: the actions valid at each slot's junction."""
+        return self.traffic.action_masks()
 
     def reset(self):
         seed = next((s for s in self._seeds if s is not None), None)
@@ -63,11 +120,12 @@ class RoutingVecEnv(TrafficControls, VecEnv):
         finished = self.traffic.move(self._actions)
         rewards = self.traffic.charge(finished)
         infos = self.traffic.infos(finished)
-        for slot, terminal in zip(finished.slots.tolist(), self.layout.terminal(self.traffic.k_cpt[finished.slots])):
+        done = finished.done
+        for slot, terminal in zip(done.tolist(), self.layout.terminal(self.traffic.k_cpt[done])):
             infos[slot]["terminal_observation"] = terminal
-        self.traffic.start(finished.slots, self.rng)
+        self.traffic.refill(finished, self.rng)
         dones = np.zeros(self.num_envs, dtype=bool)
-        dones[finished.slots] = True
+        dones[done] = True
         return self.traffic.observe(), rewards.astype(np.float32), dones, infos
 
     def close(self) -> None:
@@ -80,7 +138,13 @@ class RoutingVecEnv(TrafficControls, VecEnv):
         setattr(self, attr_name, value)
 
     def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs) -> list:
-        return [getattr(self, method_name)(*method_args, **method_kwargs) for _ in self._get_indices(indices)]
+        indices = self._get_indices(indices)
+        if method_name == "action_masks":
+            return list(self.action_masks()[indices])
+        return [getattr(self, method_name)(*method_args, **method_kwargs) for _ in indices]
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
         return [False] * len(self._get_indices(indices))
+
+
+RoutingVecEnv = RoutingSB3VecEnv

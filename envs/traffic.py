@@ -1,8 +1,9 @@
 """Examples in flight through one routed net: the single implementation of stepping.
 
-:class:`Traffic` holds ``n`` slots, each carrying one example (one episode) from the root to
-a leaf. Between steps every slot stands at a junction, and the slots at the same junction
-form one group holding their node state as a single batch. A step takes one action per
+:class:`Traffic` holds ``n`` slots, each carrying one episode of a
+:class:`~routing_rl.envs.task.RoutingTask`: one input (or, for a task of sequences, one
+frame after another) from the root to a leaf. Between steps every slot stands at a
+junction, and the slots at the same junction form one group holding their node state as a single batch. A step takes one action per
 slot, splits each group by the sink chosen, and runs every node on the batch of slots that
 reached it, in tree order, until each slot stands at its next junction or has reached a
 leaf. The single-example env is ``n = 1``; the vector envs are ``n = N``.
@@ -17,6 +18,11 @@ the paper's cost includes it), in the reward of the step that computed it. The n
 the root to the first junction run at reset, which has no reward, so they are charged in
 the episode's first step. At the leaf the reward also carries ``-c_err``. An episode's
 rewards therefore sum to ``-(k_cpt × path MACs + c_err)``, the paper's ``-c_inf``.
+
+Episodes of ``T`` frames: when a frame reaches a leaf before the last one, the task's memory
+is carried (:meth:`RoutingTask.carry`) and :meth:`Traffic.refill` runs the next frame to its
+first junction in the same slot; its MACs are charged in the next step, like a first
+frame's. Such an episode's rewards sum to ``-Σ_frames (k_cpt × MACs + c_err)``.
 """
 
 from __future__ import annotations
@@ -26,10 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from routing_rl.envs.joint import FeatureTrainer
-from routing_rl.envs.observation import ObservationLayout
+from routing_rl.envs.observation import ObservationLayout, check_actions
 
-from routing_rl.core.costs import K_CPT_VALUES, error_cost
-from routing_rl.data import SOURCES, Split, augment
+from routing_rl.core.costs import K_CPT_VALUES
+from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet, State, take
 from routing_rl.nets.router import K_CPT_SCALE
 
@@ -46,25 +52,33 @@ class Group:
 @dataclass
 class Finished:
     """Slots that reached a leaf in the last step, with the leaf (index into ``net.leaves``),
-    the error cost and whether the prediction was right; all ``(k,)``."""
+    the error cost, whether the prediction was right and whether it ended the episode (its
+    last frame); all ``(k,)``."""
 
     slots: np.ndarray
     leaf: np.ndarray
     c_err: np.ndarray
     correct: np.ndarray
+    ended: np.ndarray
 
     @classmethod
     def none(cls) -> Finished:
         empty = np.zeros(0, dtype=np.int64)
-        return cls(empty, empty, np.zeros(0), np.zeros(0, dtype=bool))
+        return cls(empty, empty, np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
+
+    @property
+    def done(self) -> np.ndarray:
+        """The slots whose episode ended."""
+        return self.slots[self.ended]
 
 
 class Traffic:
-    """``n`` examples of ``split`` in flight through ``net``.
+    """``n`` episodes of ``split`` in flight through ``net``.
 
     Args:
+        task: the routing task (error cost, augmentation, memory, source names).
         net: the routed net (its device is where everything runs).
-        split: where examples are drawn from, uniformly with replacement.
+        split: where episodes are drawn from, uniformly with replacement.
         n: number of slots.
         layout: observation layout of ``net``.
         k_cpt: cost per MAC, or ``"dynamic"`` to draw one of ``K_CPT_VALUES`` per episode.
@@ -73,8 +87,10 @@ class Traffic:
         training: joint training (and augmentation, if the trainer's options ask) on or off.
     """
 
-    def __init__(self, net: RoutedNet, split: Split, n: int, layout: ObservationLayout, k_cpt,
+    def __init__(self, task, net: RoutedNet, split: Split, n: int, layout: ObservationLayout, k_cpt,
                  error_cost: str, trainer: FeatureTrainer, training: bool):
+        self.task = task
+        self.source_names = np.array(task.sources, dtype=object)
         self.net = net
         self.device = net.leaf_macs.device
         self.split = split.to(self.device)
@@ -82,12 +98,15 @@ class Traffic:
         self.sources = split.source.cpu().numpy()
         self.n = n
         self.layout = layout
+        self.k_cpt_setting = k_cpt
         self.k_cpt_values = np.array(K_CPT_VALUES if k_cpt == "dynamic" else (float(k_cpt),))
         self.error_cost = error_cost
         self.trainer = trainer
         self.training = training
         self.node_macs = {name: net.macs[name] + net.router_macs[name] for name in net.order}
         self.example = np.zeros(n, dtype=np.int64)
+        self.frame = np.zeros(n, dtype=np.int64)  # position in the episode's sequence
+        self.memory = None  # (n, ...) the task's carried state, once an episode made one
         self.k_cpt = np.zeros(n)
         self.macs = np.zeros(n, dtype=np.int64)  # MACs so far in each slot's episode
         self.paid = np.zeros(n, dtype=np.int64)  # of which already charged in rewards
@@ -96,9 +115,20 @@ class Traffic:
         self.waiting: dict[str, Group] = {}
         self.generator = torch.Generator(device=self.device)
 
+    def with_slots(self, n: int) -> Traffic:
+        """Another traffic of ``n`` slots on the same task, net, split, costs and trainer."""
+        return Traffic(self.task, self.net, self.split, n, self.layout, self.k_cpt_setting, self.error_cost,
+                       self.trainer, self.training)
+
     @property
     def label(self) -> np.ndarray:
-        return self.labels[self.example]
+        return self.labels_at(np.arange(self.n))
+
+    def labels_at(self, slots: np.ndarray) -> np.ndarray:
+        """The labels of the slots' current inputs (frames)."""
+        if self.labels.ndim == 1:
+            return self.labels[self.example[slots]]
+        return self.labels[self.example[slots], self.frame[slots]]
 
     @property
     def source(self) -> np.ndarray:
@@ -111,31 +141,66 @@ class Traffic:
         self.start(np.arange(self.n), rng)
 
     def start(self, slots: np.ndarray, rng: np.random.Generator) -> None:
-        """New examples in ``slots`` (which must not be waiting), run to their first junction."""
+        """New episodes in ``slots`` (which must not be waiting), run to their first junction."""
         if len(slots) == 0:
             return
-        examples = rng.integers(len(self.split), size=len(slots))
-        self.example[slots] = examples
+        self._begin(slots, rng)
+        self._run_frame(slots, np.ones(len(slots), dtype=bool))
+
+    def _begin(self, slots: np.ndarray, rng: np.random.Generator) -> None:
+        """Draw new episodes for ``slots``: their inputs, costs and empty counters."""
+        self.example[slots] = rng.integers(len(self.split), size=len(slots))
+        self.frame[slots] = 0
         self.k_cpt[slots] = rng.choice(self.k_cpt_values, size=len(slots))
         self.macs[slots] = 0
         self.paid[slots] = 0
-        self.decisions[slots] = -1
-        pick = torch.from_numpy(examples).to(self.device)
+
+    def refill(self, finished: Finished, rng: np.random.Generator) -> None:
+        """After a step: slots whose episode ended start a new one, the others run their next frame."""
+        if finished.slots.size == 0:
+            return
+        going_on, done = finished.slots[~finished.ended], finished.done
+        self.frame[going_on] += 1
+        self._begin(done, rng)
+        # one run for both: next frames and new episodes meet at the same first junction
+        self._run_frame(np.concatenate([going_on, done]), np.repeat([False, True], [len(going_on), len(done)]))
+
+    def _frames(self, slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The slots' current inputs, and the examples they come from (on the device)."""
+        pick = torch.from_numpy(self.example[slots]).to(self.device)
         x = self.split.images.index_select(0, pick)
+        if self.split.frames > 1:
+            x = x[torch.arange(len(slots), device=self.device), torch.from_numpy(self.frame[slots]).to(self.device)]
+        return x, pick
+
+    def _run_frame(self, slots: np.ndarray, start: np.ndarray) -> None:
+        """Run the slots' current frame from the root to its first junction; ``start`` ``(b,)``:
+        the slots whose episode begins with this frame (their memory starts afresh)."""
+        self.decisions[slots] = -1
+        x, pick = self._frames(slots)
+        if self.training and self.trainer.options.augment:
+            x = self.task.augment(x, self.split.source.index_select(0, pick), self.generator)
+        rows = torch.from_numpy(slots).to(self.device)
+        if start.any():
+            fresh = torch.from_numpy(start).to(self.device)
+            memory = self.task.initial_memory(x[fresh])
+            if memory is not None:
+                if self.memory is None:
+                    self.memory = torch.zeros(self.n, *memory.shape[1:], dtype=memory.dtype, device=self.device)
+                self.memory[rows[fresh]] = memory
+        x = self.task.net_input(x, None if self.memory is None else self.memory.index_select(0, rows))
         if self.training:
-            if self.trainer.options.augment:
-                x = augment(x, self.split.source.index_select(0, pick), self.generator)
-            self.images[torch.from_numpy(slots).to(self.device)] = x
+            self.images[rows] = x
         self._advance({self.net.root: (x, slots)})
 
     def move(self, actions: np.ndarray) -> Finished:
         """Every waiting slot takes the sink its action picks; run on to the next junction or leaf."""
-        actions = np.asarray(actions, dtype=np.int64).reshape(self.n)
-        if actions.min() < 0 or actions.max() >= self.layout.action_space.n:
-            raise ValueError(f"actions must be sinks 0..{self.layout.action_space.n - 1}, got {actions.tolist()}")
+        actions = check_actions(actions, self.n, self.layout.action_space.n)
+        # every action is checked at its junction before anything moves
+        choices = {name: self.layout.sinks(name, actions[group.slots]) for name, group in self.waiting.items()}
         pending = {}
         for name, group in self.waiting.items():
-            choice = self.layout.sinks(name, actions[group.slots])
+            choice = choices[name]
             self.decisions[group.slots, self.layout.junction_index[name]] = choice
             for sink_number, sink in enumerate(self.net.nodes[name].sinks):
                 chosen = np.flatnonzero(choice == sink_number)
@@ -151,10 +216,18 @@ class Traffic:
             slots = finished.slots
             self.trainer.record(
                 self.images.index_select(0, torch.from_numpy(slots).to(self.device)),
-                torch.from_numpy(self.labels[self.example[slots]]).to(self.device),
+                torch.from_numpy(self.labels_at(slots)).to(self.device),
                 self.decisions[slots], self.k_cpt[slots],
             )
         return finished
+
+    def action_masks(self) -> np.ndarray:
+        """``(n, max sinks)`` bool: the valid actions of every slot (all, at a leaf)."""
+        at = [None] * self.n
+        for name, group in self.waiting.items():
+            for slot in group.slots.tolist():
+                at[slot] = name
+        return self.layout.masks(at)
 
     def charge(self, finished: Finished) -> np.ndarray:
         """``(n,)`` rewards for the MACs computed since the last charge, and ``-c_err`` at leaves."""
@@ -177,12 +250,14 @@ class Traffic:
         """One info dict per slot: ``macs`` so far, ``label``, ``source``, ``k_cpt``; at a
         leaf also ``leaf`` (name), ``correct`` and ``c_err``."""
         infos = [
-            {"macs": m, "label": y, "source": SOURCES[s], "k_cpt": k}
+            {"macs": m, "label": y, "source": self.source_names[s], "k_cpt": k}
             for m, y, s, k in zip(self.macs.tolist(), self.label.tolist(), self.source.tolist(), self.k_cpt.tolist())
         ]
         for slot, leaf, correct, c_err in zip(finished.slots.tolist(), finished.leaf.tolist(),
                                               finished.correct.tolist(), finished.c_err.tolist()):
             infos[slot].update(leaf=self.net.leaves[leaf], correct=correct, c_err=c_err)
+            if self.split.frames > 1:
+                infos[slot]["frame"] = int(self.frame[slot])
         return infos
 
     @torch.no_grad()
@@ -215,11 +290,17 @@ class Traffic:
         return Finished(*(np.concatenate(parts) for parts in zip(*finished)))
 
     def _leaf(self, name: str, slots: np.ndarray, logits: torch.Tensor):
-        labels = torch.from_numpy(self.labels[self.example[slots]]).to(self.device)
-        c_err = error_cost(logits.float(), labels, self.error_cost)
+        labels = torch.from_numpy(self.labels_at(slots)).to(self.device)
+        c_err = self.task.error_cost(logits.float(), labels, self.error_cost)
         correct = logits.argmax(1) == labels
         leaf = np.full(len(slots), self.net.leaf_index[name], dtype=np.int64)
-        return slots, leaf, c_err.double().cpu().numpy(), correct.cpu().numpy()
+        ended = self.frame[slots] == self.split.frames - 1
+        if self.memory is not None and not ended.all():
+            rows = torch.from_numpy(slots).to(self.device)
+            memory = self.task.carry(self.memory.index_select(0, rows), self._frames(slots)[0], logits,
+                                     torch.from_numpy(leaf).to(self.device))
+            self.memory[rows] = memory
+        return slots, leaf, c_err.double().cpu().numpy(), correct.cpu().numpy(), ended
 
 
 class TrafficControls:

@@ -18,7 +18,8 @@ def main() -> int:
     parser.add_argument("--static", nargs="*", type=int, default=[], help="static nets to train, by column count")
     parser.add_argument("--static-lr", type=float, default=None, help="learning rate of the static nets (default: the preset's)")
     parser.add_argument("--seeds", nargs="*", type=int, default=[0], help="seeds (default: 0)")
-    parser.add_argument("--arch", default="chain", help="chain or tree for the routed learners (default: chain)")
+    parser.add_argument("--env", default=None, help="routing task id, or PKG.MODULE:TaskId-v0 (default: routing_rl/HybridRouting-v0)")
+    parser.add_argument("--arch", default=None, help="net of the routed learners (default: the task's; chain for the paper's)")
     parser.add_argument("--preset", default="cpu-small", help="schedule preset (default: cpu-small)")
     parser.add_argument("--dataset", default=None, help="dataset (default: hybrid)")
     parser.add_argument("--data-dir", default=None, help="folder with your data copies")
@@ -30,7 +31,7 @@ def main() -> int:
         k_cpts = [k if k == "dynamic" else float(k) for k in args.k_cpts]
         configs = sweep_configs(
             args.agents, k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset, static_lr=args.static_lr,
-            dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir,
+            env=args.env, dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir,
         )
         run_dirs = run_sweep(configs)
         if args.figures:

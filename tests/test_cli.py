@@ -157,6 +157,8 @@ def test_existing_run_is_never_overwritten_silently(tiny_data, cache, tmp_path, 
     [
         (["--agent", "sarsa"], "unknown agent 'sarsa'"),
         (["--env", "routing_rl/Nowhere-v0"], "unknown env 'routing_rl/Nowhere-v0'"),
+        (["--env", "no_such_module:plugins/Task-v0"], "cannot import 'no_such_module'"),
+        (["--dataset", "fashion-mnist"], "unknown dataset 'fashion-mnist'"),
         (["--arch", "resnet"], "unknown arch 'resnet'"),
         (["--agent", "actor", "--policy", "eps-greedy"], "agent 'actor' can only use softmax"),
         (["--agent", "static", "--policy", "softmax"], "has no training routing policy"),

@@ -8,7 +8,7 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from helpers import vector_tree
-from routing_rl.envs import JointTraining, ObservationLayout, RoutingEnv, RoutingVecEnv
+from routing_rl.envs import JointTraining, ObservationLayout, RoutingEnv, RoutingSB3VecEnv
 from routing_rl.envs.registration import ENV_DATASETS
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
@@ -115,16 +115,25 @@ def test_eval_mode_is_deterministic_and_frozen(dataset):
         assert torch.equal(value, before[key]), f"{key} changed in eval mode"
 
 
-def test_actions_past_the_last_sink_take_the_last(vectors):
+def test_actions_past_the_last_sink_raise_unless_clipped(vectors):
     net = vector_tree()  # root: 3 sinks (leafA, mid, fork); fork: 2 sinks (leafC, leafD)
     env = RoutingEnv(dataset=vectors, net=net, train=False)
     assert env.action_space == gym.spaces.Discrete(3)
-    assert episode(env, [2, 2], seed=0)[2]["leaf"] == episode(env, [2, 1], seed=0)[2]["leaf"] == "leafD"
+    assert episode(env, [2, 1], seed=0)[2]["leaf"] == "leafD"
     assert episode(env, [1], seed=0)[2]["leaf"] == "leafB", "a plain node passes straight on to its sink"
     assert episode(env, [0], seed=0)[2]["leaf"] == "leafA"
     env.reset(seed=0)
+    env.step(2)
+    assert env.action_masks().tolist() == [True, True, False]
+    with pytest.raises(ValueError, match="action 2 at junction 'fork', which has only sinks 0..1"):
+        env.step(2)
+    _, _, terminated, _, info = env.step(1)
+    assert terminated and info["leaf"] == "leafD", "a refused action changes nothing"
+    clipped = RoutingEnv(dataset=vectors, net=net, train=False, clip_actions=True)
+    assert episode(clipped, [2, 2], seed=0)[2]["leaf"] == "leafD"
+    env.reset(seed=0)
     for bad in (3, -1):
-        with pytest.raises(ValueError, match="actions must be sinks 0..2"):
+        with pytest.raises(ValueError, match="integer action in 0..2"):
             env.step(bad)
     env.step(0)
     with pytest.raises(RuntimeError, match="call reset"):
@@ -163,7 +172,7 @@ def test_checkers_pass_with_dynamic_k_cpt_and_tree(vectors):
 
 def test_vec_env_auto_resets_and_returns_sum_to_minus_c_inf(dataset):
     n = 6
-    vec_env = RoutingVecEnv(n, dataset=dataset, train=False, seed=1)
+    vec_env = RoutingSB3VecEnv(n, dataset=dataset, train=False, seed=1)
     net = vec_env.net
     obs = vec_env.reset()
     assert obs.shape == (n, vec_env.observation_space.shape[0]) and obs.dtype == np.float32
@@ -193,7 +202,7 @@ def test_vec_env_observations_equal_the_single_envs(dataset):
     """Batched stepping gives each example what stepping it alone gives (eval-mode batch norm
     treats examples on their own)."""
     n = 5
-    vec_env = RoutingVecEnv(n, dataset=dataset, train=False, seed=2)
+    vec_env = RoutingSB3VecEnv(n, dataset=dataset, train=False, seed=2)
     trajectory = [vec_env.reset()]
     examples = vec_env.traffic.example.copy()
     actions = np.ones(n, dtype=np.int64)  # on to col2, col3: no slot restarts
@@ -210,8 +219,8 @@ def test_vec_env_observations_equal_the_single_envs(dataset):
 
 
 def test_seeding_through_reset_and_vec_env_seed(dataset):
-    a = RoutingVecEnv(4, dataset=dataset, train=False)
-    b = RoutingVecEnv.make("routing_rl/CIFAR2Routing-v0", num_envs=4, dataset=dataset, train=False, net=a.net)
+    a = RoutingSB3VecEnv(4, dataset=dataset, train=False)
+    b = RoutingSB3VecEnv.make("routing_rl/CIFAR2Routing-v0", num_envs=4, dataset=dataset, train=False, net=a.net)
     a.seed(7)
     b.seed(7)
     np.testing.assert_array_equal(a.reset(), b.reset())
@@ -220,7 +229,7 @@ def test_seeding_through_reset_and_vec_env_seed(dataset):
 
 def test_joint_training_trains_transforms_and_heads_only_in_train_mode(dataset):
     joint = JointTraining(batch_size=4, augment=True)
-    vec_env = RoutingVecEnv(4, dataset=dataset, train=True, joint=joint, seed=0)
+    vec_env = RoutingSB3VecEnv(4, dataset=dataset, train=True, joint=joint, seed=0)
     net = vec_env.net
     before = {k: v.clone() for k, v in net.state_dict().items()}
     vec_env.reset()
@@ -243,14 +252,14 @@ def test_joint_training_trains_transforms_and_heads_only_in_train_mode(dataset):
     assert all(torch.equal(v, frozen[k]) for k, v in net.state_dict().items())
 
     state = vec_env.trainer.state_dict()
-    fresh = RoutingVecEnv(4, dataset=dataset, net=net, train=True, joint=joint).trainer
+    fresh = RoutingSB3VecEnv(4, dataset=dataset, net=net, train=True, joint=joint).trainer
     fresh.load_state_dict(state, strict=True)
     assert fresh.updates == 2 and fresh.lr() == vec_env.trainer.lr()
 
 
 def test_gymnasium_vector_env_same_step_autoreset(dataset):
     envs = gym.make_vec("routing_rl/HybridRouting-v0", num_envs=5, dataset=dataset, train=False)
-    assert type(envs).__name__ == "RoutingVectorEnv"
+    assert type(envs).__name__ == "RoutingGymVectorEnv"
     assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
     obs, infos = envs.reset(seed=0)
     assert obs.shape == (5, envs.single_observation_space.shape[0]) and infos["_macs"].all()

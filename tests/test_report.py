@@ -47,3 +47,11 @@ def test_report_counts_exits_by_source():
     text = markdown_report([run], STATIC + [point("actor", 0.918, 3.5e6, "a1", 4e-9)])
     assert "exit1 3 / 0, exit3 0 / 2" in text
     assert "| actor | a1 | k_cpt=4e-09 | 91.80% | 3.50M | +1.55 |" in text
+
+
+def test_report_names_a_tasks_own_sources():
+    leaves = {"exit1": {"count": 4, "by_source": {"left": 1, "right": 3}}}
+    run = {"run": "v", "structure": {"junctions": ["j1"]}, "sources": ["left", "right"],
+           "test": [{"k_cpt": 1e-3, "leaves": leaves}]}
+    text = markdown_report([run], [point("actor", 0.5, 1e3, "v", 1e-3)])
+    assert "(left / right)" in text and "exit1 1 / 3" in text

@@ -13,7 +13,7 @@ from routing_rl.agents.sb3 import (
     sb3_decide,
     train_sb3,
 )
-from routing_rl.envs import JointTraining, RoutingVecEnv
+from routing_rl.envs import JointTraining, RoutingSB3VecEnv
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
@@ -118,7 +118,7 @@ def test_dynamic_k_cpt_agent_is_judged_at_every_cost(tmp_path):
 def test_load_into_an_env_shares_its_net_and_trainer(tmp_path):
     dataset = tiny_dataset()
     train_sb3(short_config("ppo", iterations=64), dataset, tmp_path, torch.device("cpu"))
-    env = RoutingVecEnv(8, dataset=dataset, train=True)
+    env = RoutingSB3VecEnv(8, dataset=dataset, train=True)
     model, net = load_sb3(tmp_path / "model.zip", env=env, device="cpu")
     assert net is env.net and model.feature_trainer is env.trainer
     model.learn(32)
@@ -129,7 +129,7 @@ def test_load_into_an_env_shares_its_net_and_trainer(tmp_path):
 
 def test_plain_sb3_algorithms_take_the_vec_env_directly():
     dataset = tiny_dataset()
-    env = VecMonitor(RoutingVecEnv(4, dataset=dataset, train=True, joint=JointTraining(batch_size=8), seed=0))
+    env = VecMonitor(RoutingSB3VecEnv(4, dataset=dataset, train=True, joint=JointTraining(batch_size=8), seed=0))
     model = PPO("MlpPolicy", env, n_steps=8, batch_size=16, n_epochs=1, seed=0).learn(64)
     assert model.num_timesteps == 64 and env.unwrapped.trainer.updates > 0
     net = env.unwrapped.net

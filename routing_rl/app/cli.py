@@ -28,9 +28,9 @@ from routing_rl.data import DataNotFoundError
 HELP = {
     "agent": "learner: " + ", ".join(AGENTS),
     "policy": "training routing policy: " + ", ".join(POLICIES) + " (default: the agent's own)",
-    "env": "registered routing env id; sets the dataset unless --dataset is given",
-    "dataset": "dataset name (mnist, cifar10, cifar2, cifar5, hybrid); default: the env's",
-    "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent",
+    "env": "routing task id: a routing_rl/ id, or PKG.MODULE:TaskId-v0 for a task your package registers (docs/plugins.md)",
+    "dataset": "the paper's dataset name (mnist, cifar10, cifar2, cifar5, hybrid) for its image envs; default: the env's",
+    "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent; a plug-in task names its own",
     "width": "channel multiplier of every column",
     "k_cpt": "cost per MAC, e.g. 4e-9, or 'dynamic' (sampled per example, routers read it)",
     "preset": "schedule preset: " + ", ".join(PRESETS),
@@ -143,7 +143,12 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             values["k_cpt"] = float(k_cpt)
         except ValueError:
             raise ValueError(f"--k-cpt must be a number >= 0 or 'dynamic', got {k_cpt!r}") from None
-    return make_config(preset, **values)
+    from routing_rl.app.runs import task_for
+
+    task = task_for(values)
+    if values.get("arch") is None:
+        values["arch"] = task.default_arch(values.get("agent") or TrainConfig.agent)
+    return make_config(preset, archs=task.archs, **values)
 
 
 def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
@@ -171,3 +176,7 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
         summary = {k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}
         print(json.dumps(summary, indent=2))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m routing_rl.app.cli"))

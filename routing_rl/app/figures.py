@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -120,3 +122,22 @@ def write_figures(run_dirs: list[Path], out_dir: Path, title: str = "") -> list[
         plt.close(figure)
         written += [out_dir / "routing_heatmap.csv", out_dir / "routing_heatmap.png"]
     return written
+
+
+def main(argv: list[str] | None = None, prog: str = "figures.py") -> int:
+    """The figures' command line: ``RUN_DIR ... --out FOLDER``."""
+    parser = argparse.ArgumentParser(prog=prog, description="Redraw the paper's figures from finished runs.")
+    parser.add_argument("runs", nargs="+", help="run directories (each with a metrics.json)")
+    parser.add_argument("--out", default="figures", help="folder for the PNGs and CSVs (default: figures)")
+    parser.add_argument("--title", default="", help="title of the accuracy/MACs plot")
+    args = parser.parse_args(argv)
+    try:
+        written = write_figures(args.runs, args.out, args.title)
+    except ValueError as error:
+        parser.exit(2, f"{prog}: error: {error}\n")
+    print("\n".join(map(str, written)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m routing_rl.app.figures"))

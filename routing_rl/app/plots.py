@@ -92,12 +92,14 @@ def layout(structure: dict) -> dict[str, tuple[float, float]]:
 
 
 def _mix(leaf: dict, by_source: bool) -> float:
-    """What a leaf classifies, as a number in [0, 1] for a colour map: the CIFAR share of its
-    examples when the data mixes sources, else their mean class index over the class count."""
+    """What a leaf classifies, as a number in [0, 1] for a colour map: the mean source index of
+    its examples over the source count when the data mixes sources (the CIFAR share on the
+    hybrid set), else their mean class index over the class count."""
     if not leaf["count"]:
         return 0.5
     if by_source:
-        return leaf["by_source"].get("cifar", 0) / leaf["count"]
+        counts = list(leaf["by_source"].values())
+        return sum(i * c for i, c in enumerate(counts)) / leaf["count"] / max(len(counts) - 1, 1)
     counts = list(leaf["by_class"].values())
     return sum(i * c for i, c in enumerate(counts)) / leaf["count"] / max(len(counts) - 1, 1)
 
@@ -114,8 +116,8 @@ def node_link_figure(rows: Sequence[tuple[str, dict, dict]]) -> Figure:
     """One row per net: ``(label, structure, evaluation)``.
 
     Left panel: circle area = fraction of examples classified at that node, colour = its
-    accuracy. Right panel: the same circles coloured by the CIFAR share of the examples there
-    (hybrid data), or by their mean class index otherwise.
+    accuracy. Right panel: the same circles coloured by the mean source index of the examples
+    there (the CIFAR share on hybrid data), or by their mean class index for one source.
     """
     heights = []
     for _, structure, _ in rows:
@@ -178,4 +180,51 @@ def routing_heatmap_figure(rows: Sequence[tuple[str, list[str], list[int], list[
         figure.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
     axes[-1, 0].set_xlabel("training iteration")
     figure.tight_layout()
+    return figure
+
+
+LEAF_COLOURS = ("0.8", "tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:red")
+"""Colours of a video net's leaves in :func:`video_figure`, in ``net.leaves`` order."""
+
+
+def video_figure(frames, events: Sequence[str], leaves: Sequence[str], runs: Sequence[dict]) -> Figure:
+    """One clip routed by every policy, and every policy's accuracy and MACs per frame.
+
+    frames: ``(T, 3, H, W)`` the clip's frames in [0, 1]; events: ``T`` labels drawn over
+    them ("cut", "change" or ""). leaves: the net's leaf names. runs: one dict per policy with
+    ``name``, ``leaf`` (``T`` leaf indices on the clip), ``correct`` (``T`` bools on the clip),
+    ``accuracy_by_frame`` and ``macs_by_frame`` (means over the test clips per frame position).
+    """
+    length = len(frames)
+    figure = plt.figure(figsize=(max(10, 0.62 * length), 3.2 + 0.32 * len(runs)))
+    grid = figure.add_gridspec(3, length, height_ratios=[1.0, 0.3 * len(runs), 2.2], hspace=0.35)
+    for t in range(length):
+        ax = figure.add_subplot(grid[0, t])
+        ax.imshow(frames[t].permute(1, 2, 0).clamp(0, 1).cpu().numpy())
+        ax.set_xticks([]), ax.set_yticks([])
+        ax.set_title(events[t] or str(t), fontsize=7, color="tab:red" if events[t] else "k")
+    routes = figure.add_subplot(grid[1, :])
+    for row, run in enumerate(runs):
+        colours = [LEAF_COLOURS[leaf % len(LEAF_COLOURS)] for leaf in run["leaf"]]
+        routes.scatter(range(length), [row] * length, c=colours, marker="s", s=90, edgecolors="k", linewidths=0.3)
+        wrong = [t for t in range(length) if not run["correct"][t]]
+        routes.scatter(wrong, [row] * len(wrong), marker="x", color="k", s=25)
+    routes.set_yticks(range(len(runs)), [run["name"] for run in runs], fontsize=7)
+    routes.set_xticks(range(length), [str(t) for t in range(length)], fontsize=6)
+    routes.set_xlim(-0.5, length - 0.5)
+    routes.invert_yaxis()
+    handles = [plt.Line2D([], [], marker="s", ls="", color=LEAF_COLOURS[i % len(LEAF_COLOURS)], label=name)
+               for i, name in enumerate(leaves)]
+    handles.append(plt.Line2D([], [], marker="x", ls="", color="k", label="wrong"))
+    routes.legend(handles=handles, fontsize=7, ncol=len(handles), loc="lower right", bbox_to_anchor=(1.0, 1.0))
+    inner = grid[2, :].subgridspec(1, 2, wspace=0.25)
+    accuracy, macs = figure.add_subplot(inner[0]), figure.add_subplot(inner[1])
+    for run in runs:
+        accuracy.plot([100 * a for a in run["accuracy_by_frame"]], "-o", ms=3, label=run["name"])
+        macs.plot(run["macs_by_frame"], "-o", ms=3, label=run["name"])
+    accuracy.set_ylabel("test accuracy (%)"), macs.set_ylabel("mean MACs per frame")
+    for ax in (accuracy, macs):
+        ax.set_xlabel("frame")
+        ax.grid(alpha=0.3)
+    macs.legend(fontsize=7)
     return figure

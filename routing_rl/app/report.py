@@ -111,8 +111,9 @@ def markdown_report(runs: Sequence[dict], points: Sequence[dict]) -> str:
         ]
     routed = [run for run in runs if run["structure"]["junctions"]]
     for run in routed:
-        lines += ["", f"Test images leaving at each exit, {Path(run['run']).name} ({' / '.join(SOURCES)}):", ""]
+        sources = run.get("sources", SOURCES)  # the task's names; runs made before tasks: the paper's
+        lines += ["", f"Test examples leaving at each exit, {Path(run['run']).name} ({' / '.join(sources)}):", ""]
         for label, leaves in exits_by_source(run):
-            cells = ", ".join(f"{leaf} {' / '.join(str(counts[s]) for s in SOURCES)}" for leaf, counts in leaves)
+            cells = ", ".join(f"{leaf} {' / '.join(str(counts.get(s, 0)) for s in sources)}" for leaf, counts in leaves)
             lines.append(f"- {label}: {cells}")
     return "\n".join(lines) + "\n"

@@ -25,13 +25,13 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import gymnasium as gym
 import torch
 
 from routing_rl.training.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
 from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
 from routing_rl.training.distributed import Distributed
-from routing_rl.data import RoutingDataset, Split, load_dataset
+from routing_rl.data import RoutingDataset, Split
+from routing_rl.envs.task import RoutingTask, task_from_env
 from routing_rl.app.describe import summary
 from routing_rl.training.evaluate import evaluate
 from routing_rl.training.monitor import Monitor
@@ -73,19 +73,28 @@ def join_processes(config: TrainConfig, device: torch.device) -> tuple[Distribut
     return distributed, device
 
 
-def dataset_name(config: TrainConfig) -> str:
-    """The dataset to train on: ``config.dataset``, else the one the env is registered with."""
-    if config.dataset is not None:
-        return config.dataset
+def task_for(config: TrainConfig | dict) -> RoutingTask:
+    """The routing task of ``config.env`` (a registered id, or ``"module:id"`` of one your
+    package registers), on ``config.dataset`` when given; its data is loaded on first use.
+    ``config`` may also be the fields given so far (a dict; the others take their defaults)."""
+    if isinstance(config, dict):
+        defaults = TrainConfig()
+        config = TrainConfig(**{name: config[name] if config.get(name) is not None else getattr(defaults, name)
+                                for name in ("env", "dataset", "data_dir", "download")})
+    dataset = {"dataset": config.dataset} if config.dataset is not None else {}
     try:
-        spec = gym.spec(config.env)
-    except gym.error.Error:
-        raise RunError(f"unknown env {config.env!r}; registered routing envs: {', '.join(routing_env_ids())}") from None
-    return spec.kwargs.get("dataset", "hybrid")
+        task, _ = task_from_env(config.env, optional={"data_dir": config.data_dir, "download": config.download},
+                                **dataset)
+    except (ValueError, TypeError) as error:
+        raise RunError(str(error)) from None
+    return task
 
 
-def routing_env_ids() -> list[str]:
-    return sorted(env_id for env_id in gym.registry if env_id.startswith("routing_rl/"))
+def check_config(config: TrainConfig, task: RoutingTask) -> TrainConfig:
+    """``config`` validated against ``task`` (its archs; the task's default arch when none is given)."""
+    if config.arch is None:
+        config.arch = task.default_arch(config.agent)
+    return config.validate(task.archs)
 
 
 def run_directory(config: TrainConfig, overwrite: bool = False) -> Path:
@@ -117,10 +126,32 @@ def has_checkpoint(run_dir: Path, config: TrainConfig) -> bool:
     return (Path(run_dir) / CHECKPOINT_FILE).is_file()
 
 
-def prepare_data(config: TrainConfig) -> tuple[RoutingDataset, Split, Split, Split]:
-    """(dataset, train part, validation part, test) as the config asks."""
-    dataset = load_dataset(dataset_name(config), data_dir=config.data_dir, download=config.download)
+def prepare_data(config: TrainConfig, task: RoutingTask) -> tuple[RoutingDataset, Split, Split, Split]:
+    """(dataset, train part, validation part, test) of ``task`` as the config asks."""
+    dataset = task.dataset()
     return (dataset, *training_splits(config, dataset))
+
+
+def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):
+    """``(config, task, net)`` of a run: its config, its task and the trained net in eval mode
+    (from ``checkpoint.pt``, or an SB3 agent's ``model.zip``), ready for
+    :func:`~routing_rl.training.evaluate.evaluate` or for ``gym.make(config.env, net=net)``."""
+    run_dir = Path(run_dir)
+    config = read_run(run_dir)
+    task = task_for(config)
+    if config.agent in SB3_AGENTS:
+        from routing_rl.agents.sb3 import MODEL_FILE, load_sb3
+
+        if not (run_dir / MODEL_FILE).is_file():
+            raise RunError(f"{run_dir} has no {MODEL_FILE}: the run has not finished")
+        return config, task, load_sb3(run_dir / MODEL_FILE, device=device)[1].eval()
+    from routing_rl.agents.registry import build_net
+
+    if not (run_dir / CHECKPOINT_FILE).is_file():
+        raise RunError(f"{run_dir} has no {CHECKPOINT_FILE}: the run has not saved a net yet")
+    net = build_net(config, task, device)
+    net.load_state_dict(load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device)["learner"]["net"])
+    return config, task, net.eval()
 
 
 def train(
@@ -146,7 +177,7 @@ def train(
     else:
         if config is None:
             raise RunError("give a config to start a run, or a run directory to resume")
-        config.validate()
+        check_config(config, task_for(config))
         distributed, device = join_processes(config, resolve_device(config.device))
         if distributed is None or distributed.is_main:
             run_dir = run_directory(config, overwrite)
@@ -163,19 +194,20 @@ def train(
 def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Path | None,
            distributed: Distributed | None) -> dict:
     torch.manual_seed(config.seed)
+    task = task_for(config)
     try:
-        dataset, train_part, validation, test = prepare_data(config)
+        dataset, train_part, validation, test = prepare_data(config, task)
     except ValueError as error:  # unknown dataset names and the like: the user's to fix
         raise RunError(str(error)) from None
     if config.agent in SB3_AGENTS:
         from routing_rl.agents.sb3 import train_sb3
 
         started = time.perf_counter()
-        result = train_sb3(config, dataset, run_dir, device, resume=resume is not None)
-        net, evaluations = result.net, result.evaluations(test)
+        result = train_sb3(config, task, run_dir, device, resume=resume is not None)
+        net, evaluations = result.net, result.evaluations(task.examples(test))
         history, wall = result.history, time.perf_counter() - started
     else:
-        net, evaluations, history, wall = _train_learner(config, dataset, train_part, validation, test, run_dir, device,
+        net, evaluations, history, wall = _train_learner(config, task, train_part, validation, test, run_dir, device,
                                                          resume, distributed)
     metrics = {
         "run": str(run_dir),
@@ -186,7 +218,10 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
         "test_mean_macs": evaluations[0]["mean_macs"],
         "test": evaluations,
         "train_seconds": wall,
+        "env": config.env,
         "dataset": dataset.description,
+        "classes": list(task.classes),
+        "sources": list(task.sources),
         "structure": summary(net),
         "history": history,
         "config": json.loads(config.to_json()),
@@ -196,15 +231,16 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
     return metrics
 
 
-def _train_learner(config, dataset, train_part, validation, test, run_dir, device, resume, distributed=None):
+def _train_learner(config, task, train_part, validation, test, run_dir, device, resume, distributed=None):
     from routing_rl.agents.registry import make_learner
     from routing_rl.app.plots import node_link_figure
     from routing_rl.app.trainer import fit
 
-    learner = make_learner(config, len(dataset.classes), device)
+    learner = make_learner(config, task, device)
     if distributed is not None:
         learner.distribute(distributed)
     writes = distributed is None or distributed.is_main  # every process trains and evaluates; rank 0 writes
+    train_part, validation, test = task.examples(train_part), task.examples(validation), task.examples(test)
     checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device) if resume else None
     start = checkpoint["training_state"]["iteration"] if checkpoint else 0
     monitor = Monitor(run_dir, total=config.iterations, initial=start, description=f"{config.agent} {config.arch}") if writes else None
@@ -224,11 +260,13 @@ def _train_learner(config, dataset, train_part, validation, test, run_dir, devic
             save=(lambda ckpt: save_checkpoint(run_dir / CHECKPOINT_FILE, ckpt)) if writes else None,
             resume=checkpoint,
             after_validation=draw if writes else None,
+            task=task,
             distributed=distributed,
         )
         evaluations = []
         for fields, k_cpt, decide in learner.evaluation_points(validation):
-            evaluations.append({**fields, **evaluate(learner.net, test, k_cpt, decide, classes=dataset.classes)})
+            evaluations.append({**fields, **evaluate(learner.net, test, k_cpt, decide, classes=task.classes,
+                                                     sources=task.sources, task=task)})
         final = {"test_accuracy": evaluations[0]["accuracy"], "test_mean_macs": evaluations[0]["mean_macs"]}
         hparams = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("extra", "logdir", "data_dir")}
         if monitor is not None:

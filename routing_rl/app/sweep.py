@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from routing_rl.training.config import TrainConfig, make_config
-from routing_rl.app.runs import METRICS_FILE, has_checkpoint, train
+from routing_rl.app.runs import METRICS_FILE, has_checkpoint, task_for, train
 
 
 def run_name(config: TrainConfig) -> str:
@@ -24,24 +24,28 @@ def sweep_configs(
     k_cpts: Iterable[float | str],
     seeds: Iterable[int] = (0,),
     static_columns: Iterable[int] = (),
-    arch: str = "chain",
+    arch: str | None = None,
     preset: str = "cpu-small",
     static_lr: float | None = None,
     **overrides,
 ) -> list[TrainConfig]:
-    """Every (agent, k_cpt, seed) on ``arch``, plus static nets with the given column counts.
+    """Every (agent, k_cpt, seed) on ``arch`` (default: the env task's, ``chain`` for the
+    paper's images), plus static nets with the given column counts. ``overrides`` are config
+    fields, ``env`` (any registered routing task) included.
 
     ``static_lr``: the static nets' learning rate when it is not the routed learners' (deep
     static nets without intermediate heads can stall at lr 0.1; choose it on validation).
     """
+    task = task_for(overrides)
     configs = []
     static = dict(overrides, lr=static_lr) if static_lr is not None else overrides
     for seed in seeds:
         for n in static_columns:
-            configs.append(make_config(preset, agent="static", arch=f"static-{n}", seed=seed, **static))
+            configs.append(make_config(preset, task.archs, agent="static", arch=f"static-{n}", seed=seed, **static))
         for agent in agents:
             for k_cpt in k_cpts:
-                configs.append(make_config(preset, agent=agent, arch=arch, k_cpt=k_cpt, seed=seed, **overrides))
+                configs.append(make_config(preset, task.archs, agent=agent, arch=arch or task.default_arch(agent),
+                                           k_cpt=k_cpt, seed=seed, **overrides))
     for config in configs:
         config.run_name = run_name(config)
     return configs

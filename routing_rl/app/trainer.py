@@ -23,7 +23,10 @@ import torch
 from routing_rl.agents.base import Learner
 from routing_rl.training.config import TrainConfig
 from routing_rl.training.distributed import Distributed
-from routing_rl.data import Split, augment
+from routing_rl.data import Split
+from routing_rl.data import augment as image_augment
+from routing_rl.envs.task import RoutingTask
+from routing_rl.training.episodes import EpisodeSampler
 from routing_rl.training.evaluate import evaluate
 from routing_rl.training.monitor import Monitor, evaluation_scalars
 
@@ -75,17 +78,20 @@ class TrainingState:
     train_seconds: float = 0.0
 
 
-def validate(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None) -> dict:
-    """Evaluate on the validation split at every k_cpt the learner is judged at; log the
+def validate(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None,
+             task: RoutingTask | None = None) -> dict:
+    """Evaluate on the validation split at every k_cpt the learner is judged at (classes and
+    sources named by ``task``; clip by clip with its memory for a split of sequences); log the
     results and histograms of the router scores on the first validation examples."""
     entry = {"iteration": iteration, "evaluations": []}
+    names = {"classes": task.classes, "sources": task.sources} if task is not None else {}
     for k_cpt in learner.eval_k_cpts():
-        result = evaluate(learner.net, validation, k_cpt, learner.decide(k_cpt))
+        result = evaluate(learner.net, validation, k_cpt, learner.decide(k_cpt), task=task, **names)
         entry["evaluations"].append(result)
         if monitor is not None:
             suffix = "" if len(learner.eval_k_cpts()) == 1 else f"_k{k_cpt:g}"
             monitor.scalars(evaluation_scalars(result, "val" + suffix), iteration)
-    if monitor is not None and learner.net.junctions:
+    if monitor is not None and learner.net.junctions and validation.frames == 1:
         learner.net.eval()
         with torch.no_grad():
             images = validation.images[:HISTOGRAM_EXAMPLES].to(learner.device)
@@ -103,6 +109,7 @@ def fit(
     save: Callable[[dict], None] | None = None,
     resume: dict | None = None,
     after_validation: Callable[[dict], None] | None = None,
+    task: RoutingTask | None = None,
     distributed: Distributed | None = None,
 ) -> TrainingState:
     """Train ``learner`` for ``config.iterations`` iterations.
@@ -113,12 +120,24 @@ def fit(
         save: called with a checkpoint dict at every checkpoint; the caller writes it.
         resume: a checkpoint dict from an earlier ``save``; training continues from it.
         after_validation: called with each history entry (figures, for example).
+        task: the routing task the splits come from: its augmentation and its class and
+            source names (None: the paper's image augmentation, classes by number). For
+            splits of sequences (``images (N, T, ...)``) batches are the next frames of clips
+            in flight with the task's memory carried
+            (:class:`~routing_rl.training.episodes.EpisodeSampler`), not augmented.
         distributed: this process's place among data-parallel processes, whose learner
             :meth:`~routing_rl.agents.base.SGDLearner.distribute` has prepared; None for one process.
     """
+    augment = task.augment if task is not None else image_augment
     device = learner.device
+    episodic = train.frames > 1
+    if episodic and task is None:
+        raise ValueError("training on a split of sequences carries the task's memory from frame to frame; pass task=")
     train = train.to(device)
-    sampler = BatchSampler(len(train), config.batch_size, config.seed)
+    if episodic:
+        sampler = EpisodeSampler(task, train, config.batch_size, config.seed)
+    else:
+        sampler = BatchSampler(len(train), config.batch_size, config.seed)
     augment_generator = torch.Generator(device=device).manual_seed(config.seed + 1)
     state = TrainingState()
     if resume is not None:
@@ -143,17 +162,21 @@ def fit(
     window_start, window_examples = time.perf_counter(), 0
     try:
         while state.iteration < config.iterations:
-            index = sampler.next().to(device)
-            images = augment(train.images[index], train.source[index], augment_generator)
-            batch = Split(images, train.labels[index], train.source[index])
+            if episodic:
+                batch = sampler.next(learner.net, learner.eval_k_cpts()[0])
+            else:
+                index = sampler.next().to(device)
+                images = augment(train.images[index], train.source[index], augment_generator)
+                batch = Split(images, train.labels[index], train.source[index])
+            examples = len(batch)
             if distributed is not None:
-                shard = distributed.shard(len(index))
+                shard = distributed.shard(examples)
                 batch = Split(batch.images[shard], batch.labels[shard], batch.source[shard])
             stats = learner.train_step(batch, state.iteration)
             if distributed is not None:
-                stats = distributed.mean_scalars(stats, distributed.share(len(index)))
+                stats = distributed.mean_scalars(stats, distributed.share(examples))
             state.iteration += 1
-            window_examples += len(index)
+            window_examples += examples
             if monitor is not None and (state.iteration % LOG_EVERY == 0 or state.iteration == config.iterations):
                 now = time.perf_counter()
                 stats["charts/examples_per_second"] = window_examples / max(now - window_start, 1e-9)
@@ -163,7 +186,7 @@ def fit(
                 shown = {k.split("/")[-1]: v for k, v in stats.items() if k in SHOWN_IN_PROGRESS}
                 monitor.progress(1, **shown)
             if state.iteration % config.eval_every == 0 or state.iteration == config.iterations:
-                entry = validate(learner, validation, state.iteration, monitor)
+                entry = validate(learner, validation, state.iteration, monitor, task)
                 state.history.append(entry)
                 if after_validation is not None:
                     after_validation(entry)

@@ -14,7 +14,10 @@ CIFAR_SOURCE = SOURCES.index("cifar")
 
 @dataclass(frozen=True)
 class Split:
-    """One split: images ``(N, 3, 32, 32)`` float32 in [0, 1], labels and sources ``(N,)`` int64."""
+    """One split: ``images`` (inputs of any shape: ``(N, 3, 32, 32)`` float32 in [0, 1] for the
+    paper's datasets), ``labels`` ``(N,)`` int64 and ``source`` ``(N,)`` int64 (an index into the
+    dataset's ``sources``). A split of episodes of ``T`` frames holds ``images (N, T, ...)`` and
+    ``labels (N, T)``."""
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -22,7 +25,7 @@ class Split:
 
     def __post_init__(self) -> None:
         n = self.images.shape[0]
-        if self.labels.shape != (n,) or self.source.shape != (n,):
+        if self.labels.shape[:1] != (n,) or self.labels.dim() > 2 or self.source.shape != (n,):
             raise ValueError(
                 f"images, labels and source disagree in length: {tuple(self.images.shape)}, "
                 f"{tuple(self.labels.shape)}, {tuple(self.source.shape)}"
@@ -30,6 +33,11 @@ class Split:
 
     def __len__(self) -> int:
         return self.images.shape[0]
+
+    @property
+    def frames(self) -> int:
+        """Inputs per episode: 1, or ``T`` for a split of sequences."""
+        return 1 if self.labels.dim() == 1 else self.labels.shape[1]
 
     def to(self, device: torch.device | str) -> Split:
         return Split(self.images.to(device), self.labels.to(device), self.source.to(device))
@@ -62,17 +70,20 @@ def stratified_indices(
 
 @dataclass(frozen=True)
 class RoutingDataset:
-    """A named dataset with its classes, train and test splits, and a JSON-serialisable
-    ``description`` saying which files it was built from and how it was split."""
+    """A named dataset with its classes, train and test splits, a JSON-serialisable
+    ``description`` saying which files it was built from and how it was split, and the names
+    of the sources ``Split.source`` indexes."""
 
     name: str
     classes: tuple[str, ...]
     train: Split
     test: Split
     description: dict
+    sources: tuple[str, ...] = SOURCES
 
     def validation_split(self, fraction: float = 0.1, seed: int = 0) -> tuple[Split, Split]:
         """(train_part, validation_part) of the training split, stratified by class and
         deterministic in ``seed``. Tune on the validation part, never on ``test``."""
-        rest, picked = stratified_indices(self.train.labels, fraction, seed)
+        labels = self.train.labels if self.train.frames == 1 else self.train.labels[:, 0]
+        rest, picked = stratified_indices(labels, fraction, seed)
         return self.train.subset(rest), self.train.subset(picked)

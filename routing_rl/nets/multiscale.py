@@ -125,7 +125,7 @@ def _channels(width: int) -> list[list[int]]:
     return [[c * width for c in column] for column in COLUMN_CHANNELS]
 
 
-def _column(k: int, width: int) -> Column:
+def column(k: int, width: int = 1) -> Column:
     """Column ``k`` (1-based) at the given width."""
     channels = _channels(width)
     in_channels = [INPUT_SHAPE[0]] * PYRAMID_LEVELS if k == 1 else channels[k - 2]
@@ -139,7 +139,7 @@ def _routed(layout: dict[str, tuple[int, list[str]]], width: int, classes: int, 
     for name, (k, sinks) in layout.items():
         channels = _channels(width)[k - 1][-1]
         router = Router(channels * COARSEST_SIDE**2, len(sinks), k_cpt_input) if len(sinks) >= 2 else None
-        nodes[name] = Node(_column(k, width), sinks, router, descriptor=coarsest)
+        nodes[name] = Node(column(k, width), sinks, router, descriptor=coarsest)
         for sink in sinks:
             if sink.startswith("exit"):
                 nodes[sink] = Node(Head(channels, classes))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,9 +68,9 @@ class TrainConfig:
 
     agent: str = "actor"
     policy: str | None = None  # None: the agent's default (AGENT_POLICIES)
-    env: str = "routing_rl/HybridRouting-v0"
+    env: str = "routing_rl/HybridRouting-v0"  # a registered routing task's id, or "module:id"
     dataset: str | None = None  # None: the env's dataset
-    arch: str | None = None  # None: static-8 for the static agent, chain for the others
+    arch: str | None = None  # None: the task's default (static-8 for the static agent, chain for the others)
     width: int = 1
     k_cpt: float | str = 4e-9  # a cost per MAC, or "dynamic" (sampled from K_CPT_VALUES)
     preset: str = DEFAULT_PRESET
@@ -124,8 +125,12 @@ class TrainConfig:
             return self.execution
         return "sampled" if self.resolved_policy in ("eps-greedy", "greedy") else "full"
 
-    def validate(self) -> TrainConfig:
-        """Raise ValueError naming the first bad field and how to fix it."""
+    def validate(self, archs: Sequence[str] | None = None) -> TrainConfig:
+        """Raise ValueError naming the first bad field and how to fix it.
+
+        ``archs``: the nets the env's task offers (default: the paper's multiscale nets);
+        the rules tying agents to ``static-N`` / ``chain`` apply to the paper's nets only.
+        """
         if self.agent not in AGENTS:
             raise ValueError(f"unknown agent {self.agent!r}; choose one of {', '.join(AGENTS)}")
         allowed = AGENT_POLICIES[self.agent]
@@ -134,15 +139,20 @@ class TrainConfig:
                 raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
             can = f"can only use {', '.join(allowed)}" if allowed else "has no training routing policy"
             raise ValueError(f"agent {self.agent!r} {can}; drop --policy or pick another agent")
+        paper = archs is None
+        archs = arch_names() if archs is None else list(archs)
         if self.arch is None:
+            if not paper:
+                raise ValueError("no arch given; choose one of the task's: " + ", ".join(archs))
             self.arch = "static-8" if self.agent == "static" else "chain"
-        if self.arch not in arch_names():
-            raise ValueError(f"unknown arch {self.arch!r}; choose one of {', '.join(arch_names())}")
-        if self.agent == "static" and not self.arch.startswith("static-"):
+        if self.arch not in archs:
+            raise ValueError(f"unknown arch {self.arch!r}; choose one of {', '.join(archs)}")
+        paper_net = self.arch in arch_names()  # a task's own net: its learner checks that it can train it
+        if paper_net and self.agent == "static" and not self.arch.startswith("static-"):
             raise ValueError(f"the static agent trains static-N nets (N = 1..8), got --arch {self.arch}; use e.g. --arch static-8")
-        if self.agent != "static" and self.arch.startswith("static-"):
+        if paper_net and self.agent != "static" and self.arch.startswith("static-"):
             raise ValueError(f"agent {self.agent!r} needs junctions to route at; use --arch chain or tree, or --agent static")
-        if self.agent == "threshold" and self.arch != "chain":
+        if paper_net and self.agent == "threshold" and self.arch != "chain":
             raise ValueError(f"threshold early exit puts a head on every column of a chain, got --arch {self.arch}; use --arch chain")
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
@@ -193,9 +203,9 @@ class TrainConfig:
         atomic_write_text(Path(path), self.to_json())
 
 
-def make_config(preset: str = DEFAULT_PRESET, **overrides) -> TrainConfig:
+def make_config(preset: str = DEFAULT_PRESET, archs: Sequence[str] | None = None, **overrides) -> TrainConfig:
     """A validated config: the preset's values, then ``overrides`` (fields set to None are
-    treated as not given)."""
+    treated as not given); ``archs``: the nets the env's task offers (see :meth:`TrainConfig.validate`)."""
     if preset not in PRESET_VALUES:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     known = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -203,4 +213,4 @@ def make_config(preset: str = DEFAULT_PRESET, **overrides) -> TrainConfig:
     if unknown:
         raise ValueError(f"unknown config fields {sorted(unknown)}")
     values = {**PRESET_VALUES[preset], **{k: v for k, v in overrides.items() if v is not None}}
-    return TrainConfig(preset=preset, **values).validate()
+    return TrainConfig(preset=preset, **values).validate(archs)

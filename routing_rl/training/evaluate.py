@@ -13,6 +13,7 @@ import torch
 from routing_rl.data import SOURCES, Split
 from routing_rl.core.execution import Decide, argmax_decide, route
 from routing_rl.core.graph import RoutedNet
+from routing_rl.training.episodes import episode_metrics, run_episodes
 
 
 @torch.no_grad()
@@ -23,14 +24,30 @@ def evaluate(
     decide: Decide = argmax_decide,
     batch_size: int = 1000,
     classes: tuple[str, ...] | None = None,
+    sources: tuple[str, ...] = SOURCES,
+    task=None,
 ) -> dict:
     """Route ``split`` through ``net`` in eval mode and summarise, JSON-ready.
 
     Returns ``accuracy`` (fraction correct), ``mean_macs`` (MACs per example), ``k_cpt``,
     ``examples``, and per leaf: ``fraction`` of examples classified there, their
     ``accuracy`` (None where no example arrived), ``count``, and counts ``by_class`` and
-    ``by_source`` (names from ``classes`` and :data:`~routing_rl.data.SOURCES`).
+    ``by_source`` (names from ``classes`` and ``sources``, the dataset's names).
+
+    A split of sequences (``images (N, T, ...)``) is routed clip by clip with ``task``'s
+    memory (:func:`~routing_rl.training.episodes.run_episodes`; ``decide`` may then be a
+    :class:`~routing_rl.training.episodes.FramePolicy`); every frame counts as an example, and
+    the result also holds :func:`~routing_rl.training.episodes.episode_metrics`.
     """
+    if split.frames > 1:
+        if task is None:
+            raise ValueError("a split of sequences is evaluated clip by clip, carrying the task's memory; pass task=")
+        episodes = run_episodes(net, task, split, decide, k_cpt)
+        frames = split.labels.shape[1]
+        result = summarise(net, episodes.leaf.flatten(), episodes.correct.flatten(), episodes.macs.flatten(),
+                           split.labels.flatten().cpu(), split.source.repeat_interleave(frames).cpu(), k_cpt, classes,
+                           sources)
+        return {**result, **episode_metrics(episodes, k_cpt)}
     was_training = net.training
     net.eval()
     device = net.leaf_macs.device
@@ -46,7 +63,13 @@ def evaluate(
     finally:
         net.train(was_training)
     leaf, correct, macs = torch.cat(leaves).cpu(), torch.cat(correct).cpu(), torch.cat(macs).cpu()
-    labels, source = split.labels.cpu(), split.source.cpu()
+    return summarise(net, leaf, correct, macs, split.labels.cpu(), split.source.cpu(), k_cpt, classes, sources)
+
+
+def summarise(net: RoutedNet, leaf: torch.Tensor, correct: torch.Tensor, macs: torch.Tensor, labels: torch.Tensor,
+              source: torch.Tensor, k_cpt: float | None, classes: tuple[str, ...] | None,
+              sources: tuple[str, ...] = SOURCES) -> dict:
+    """:func:`evaluate`'s summary of routed examples, all ``(n,)`` on the CPU."""
     n_classes = net.classes
     class_names = list(classes) if classes is not None else [str(c) for c in range(n_classes)]
     per_leaf = {}
@@ -55,16 +78,16 @@ def evaluate(
         count = int(here.sum())
         per_leaf[name] = {
             "count": count,
-            "fraction": count / len(split),
+            "fraction": count / len(leaf),
             "accuracy": float(correct[here].double().mean()) if count else None,
             "macs": int(net.leaf_macs[i]),
             "by_class": dict(zip(class_names, torch.bincount(labels[here], minlength=n_classes).tolist())),
-            "by_source": dict(zip(SOURCES, torch.bincount(source[here], minlength=len(SOURCES)).tolist())),
+            "by_source": dict(zip(sources, torch.bincount(source[here], minlength=len(sources)).tolist())),
         }
     return {
         "accuracy": float(correct.double().mean()),
         "mean_macs": float(macs.double().mean()),
         "k_cpt": k_cpt,
-        "examples": len(split),
+        "examples": len(leaf),
         "leaves": per_leaf,
     }

@@ -1,0 +1,56 @@
+"""The paper's image tasks (MNIST, CIFAR-10/-2/-5, hybrid) on the task API.
+
+``routing_rl/HybridRouting-v0`` and its siblings are :class:`ImageTask` s registered with a
+dataset name (:mod:`~routing_rl.envs.registration`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from routing_rl.core.graph import RoutedNet
+from routing_rl.data import DATASETS, RoutingDataset, augment, load_dataset
+from routing_rl.envs.task import RoutingTask
+from routing_rl.nets.multiscale import arch_names, build
+
+
+class ImageTask(RoutingTask):
+    """32×32 colour images through the paper's multiscale nets (``static-N``, ``chain``, ``tree``).
+
+    Args:
+        dataset: a name (``hybrid``, ``cifar10``, ``cifar2``, ``cifar5``, ``mnist``), loaded
+            from ``data_dir`` (default ``$ROUTING_RL_DATA_DIR``) on first use, or a
+            :class:`~routing_rl.data.RoutingDataset` of 32×32 images already in memory.
+        data_dir: where the named dataset's files are.
+        download: try torchvision's downloaders when the files are not found.
+
+    Training inputs are shifted and, for CIFAR images, flipped (the paper's augmentation).
+    """
+
+    archs = tuple(arch_names())
+
+    def __init__(self, dataset: str | RoutingDataset, data_dir: str | Path | None = None, download: bool = True):
+        if not isinstance(dataset, (str, RoutingDataset)):
+            raise TypeError(f"dataset must be a dataset name or a RoutingDataset, got {type(dataset).__name__}")
+        if isinstance(dataset, str) and dataset not in DATASETS:
+            raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}, "
+                             "or write a routing task for yours (docs/plugins.md)")
+        self.dataset_arg = dataset
+        self.data_dir = data_dir
+        self.download = download
+
+    def load_dataset(self) -> RoutingDataset:
+        if isinstance(self.dataset_arg, RoutingDataset):
+            return self.dataset_arg
+        return load_dataset(self.dataset_arg, data_dir=self.data_dir, download=self.download)
+
+    def default_arch(self, agent: str | None) -> str:
+        return "static-8" if agent == "static" else "chain"
+
+    def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:
+        return build(arch, width, len(self.classes), k_cpt_input=k_cpt_input)
+
+    def augment(self, inputs: torch.Tensor, source: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return augment(inputs, source, generator)

@@ -1,0 +1,265 @@
+"""Routing tasks: the public interface for plugging a routing problem into routing-rl.
+
+A :class:`RoutingTask` is everything routing-rl needs to know about a problem, and nothing
+about how it is learned:
+
+* **data** — :meth:`RoutingTask.load_dataset`: a :class:`~routing_rl.data.RoutingDataset`
+  whose splits hold inputs of any shape and modality (``images`` is the field's name, not a
+  requirement), labels, and each example's source (an index into the dataset's ``sources``
+  names). An episode routes one input, or a sequence of ``T`` inputs (frames): then a split
+  holds ``images (N, T, ...)`` and ``labels (N, T)`` (see :attr:`Split.frames`).
+* **the routed network** — :meth:`RoutingTask.build_net`: any ``nn.Module`` transforms and
+  routers arranged as a :class:`~routing_rl.core.graph.RoutedNet`, whose per-example MACs are
+  counted by :mod:`routing_rl.core.macs` when it is built. :attr:`RoutingTask.archs` names
+  the nets a task offers (the CLI's ``--arch``); :meth:`RoutingTask.make_net` builds one with
+  seeded weights (:func:`routing_rl.nets.seeding.seeded_net`).
+* **the error cost** — :meth:`RoutingTask.error_cost`: c_err per example from the leaf's
+  logits (the reward at a leaf is ``-(c_err + k_cpt × MACs)``).
+* **what the agent observes** — :meth:`RoutingTask.observation_layout`: by default the
+  junction node's descriptor (what its router reads), the junction's one-hot and, with a
+  dynamic k_cpt, the cost (:class:`~routing_rl.envs.observation.ObservationLayout`).
+* **training inputs** — :meth:`RoutingTask.augment`: the task's data augmentation (none by
+  default), used by the paper's learners and by the environments' joint training.
+* **state carried from one input to the next** — for episodes of several frames,
+  :meth:`initial_memory`, :meth:`net_input` and :meth:`carry`: at each frame the net's input
+  is ``net_input(frame, memory)`` and, after the frame reached a leaf, the memory becomes
+  ``carry(memory, frame, logits, leaf)``. A net can so reuse the previous frame's prediction
+  or compare the frame with the previous one (count that work in MACs: do it in a node).
+
+A task is configuration plus data: environments made with the same task and keywords share
+one instance (:func:`make_task`), so the dataset is loaded once per process, not per
+``gym.make``. Register a task under a Gymnasium id with :func:`register_task`; then
+``gym.make``, ``gym.make_vec``, :meth:`RoutingSB3VecEnv.make
+<routing_rl.envs.sb3_vec_env.RoutingSB3VecEnv.make>` and ``experiments/train_agent.py --env
+PKG.MODULE:TaskId-v0`` all use it. ``docs/plugins.md`` walks through one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+import gymnasium as gym
+import torch
+
+from routing_rl.core.costs import error_cost
+from routing_rl.core.graph import RoutedNet
+from routing_rl.data import RoutingDataset, Split
+from routing_rl.envs.registration import ENV_KEYWORDS, register_task
+from routing_rl.nets.seeding import seeded_net
+
+__all__ = ["ENV_KEYWORDS", "RoutingTask", "TaskFactory", "env_spec", "make_task", "register_task", "task_from_env"]
+
+
+class RoutingTask(ABC):
+    """A routing problem: its data, its routed nets, its costs and its episodes.
+
+    Subclass it and implement :meth:`load_dataset` and :meth:`build_net`; override the other
+    methods where the defaults (cross-entropy, no augmentation, the router's input as the
+    observation, one input per episode) do not fit. Constructor keywords are the task's own
+    options (``gym.make(id, option=...)`` passes them); they should be plain values, so that
+    equal keywords mean equal tasks.
+
+    Attributes:
+        archs: the names of the nets :meth:`build_net` can build; the first is the default.
+
+    The names this class defines (``dataset``, ``classes``, ``sources``, ``name``,
+    ``make_net``, ``examples``, ...) are its interface: do not use them for your options.
+    """
+
+    archs: tuple[str, ...] = ("default",)
+
+    @abstractmethod
+    def load_dataset(self) -> RoutingDataset:
+        """The task's train and test splits, classes and source names. Called once per task
+        instance (:meth:`dataset` keeps the result)."""
+
+    @abstractmethod
+    def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:
+        """A freshly initialised net called ``arch`` (one of :attr:`archs`).
+
+        ``width`` multiplies the net's channels (1 = the task's standard size; a task may
+        refuse other widths); ``k_cpt_input``: the routers also read k_cpt (dynamic k_cpt).
+        The net must predict ``len(self.classes)`` classes and take one input of the
+        dataset (after :meth:`net_input`) per example. Do not seed here: :meth:`make_net` does.
+        """
+
+    def dataset(self) -> RoutingDataset:
+        """The dataset, loaded on first use and kept."""
+        loaded = self.__dict__.get("_dataset")
+        if loaded is None:
+            loaded = self.load_dataset()
+            if not isinstance(loaded, RoutingDataset):
+                raise TypeError(f"{type(self).__name__}.load_dataset() must return a RoutingDataset, got {type(loaded).__name__}")
+            self.__dict__["_dataset"] = loaded
+        return loaded
+
+    @property
+    def name(self) -> str:
+        """The dataset's name, as runs and figures report it."""
+        return self.dataset().name
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """Class names, in label order."""
+        return tuple(self.dataset().classes)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Source names, in the order of ``Split.source`` indices."""
+        return tuple(self.dataset().sources)
+
+    def default_arch(self, agent: str | None) -> str:
+        """The arch ``agent`` trains when none is given (``None``: an environment's agent).
+        Default: the first of :attr:`archs`."""
+        return self.archs[0]
+
+    def make_net(self, arch: str | None = None, width: int = 1, k_cpt_input: bool = False, seed: int = 0,
+                 device: str | torch.device = "cpu") -> RoutedNet:
+        """:meth:`build_net` with weights initialised from ``seed``, on ``device``."""
+        arch = self.default_arch(None) if arch is None else arch
+        if arch not in self.archs:
+            raise ValueError(f"{type(self).__name__} has no arch {arch!r}; choose one of {', '.join(self.archs)}")
+        net = seeded_net(lambda: self.build_net(arch, width, k_cpt_input), seed, device)
+        if net.classes != len(self.classes):
+            raise ValueError(f"{type(self).__name__}.build_net({arch!r}) predicts {net.classes} classes, "
+                             f"the dataset has {len(self.classes)}")
+        return net
+
+    def error_cost(self, logits: torch.Tensor, labels: torch.Tensor, kind: str = "cross_entropy") -> torch.Tensor:
+        """c_err per example ``(B,)`` from a leaf's logits ``(B, classes)`` and labels ``(B,)``;
+        ``kind`` is the env's ``error_cost`` keyword (``cross_entropy`` or ``zero_one``)."""
+        return error_cost(logits, labels, kind)
+
+    def augment(self, inputs: torch.Tensor, source: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Training-time augmentation of a batch ``(B, ...)`` (on its own device, random
+        numbers from ``generator``); ``source`` ``(B,)``. Default: none."""
+        return inputs
+
+    def observation_layout(self, net: RoutedNet, dynamic_k_cpt: bool):
+        """What the agent observes at a junction, and what its action means: an
+        :class:`~routing_rl.envs.observation.ObservationLayout` (or a subclass)."""
+        from routing_rl.envs.observation import ObservationLayout
+
+        return ObservationLayout(net, dynamic_k_cpt)
+
+    def initial_memory(self, inputs: torch.Tensor) -> torch.Tensor | None:
+        """The state an episode starts with, ``(b, ...)``, given its first inputs ``(b, ...)``;
+        None (the default) for tasks that carry nothing from one input to the next."""
+        return None
+
+    def net_input(self, inputs: torch.Tensor, memory: torch.Tensor | None) -> torch.Tensor:
+        """The net's input ``(b, *net.input_shape)`` for frames ``inputs`` given the episodes'
+        ``memory``. Default: the inputs themselves."""
+        return inputs
+
+    def carry(self, memory: torch.Tensor | None, inputs: torch.Tensor, logits: torch.Tensor,
+              leaf: torch.Tensor) -> torch.Tensor | None:
+        """The memory after a frame: ``inputs`` ``(b, ...)`` reached leaves ``leaf`` ``(b,)``
+        (indices into ``net.leaves``) with ``logits`` ``(b, classes)``. Default: unchanged."""
+        return memory
+
+    def examples(self, split: Split) -> Split:
+        """The independent examples the paper's learners train and are evaluated on: the split
+        itself for one input per episode; for episodes of frames, every frame on its own
+        (with a fresh episode's memory), labels ``(N·T,)``."""
+        if split.frames == 1:
+            return split
+        frames = split.images.flatten(0, 1)
+        inputs = self.net_input(frames, self.initial_memory(frames))
+        return Split(inputs, split.labels.flatten(), split.source.repeat_interleave(split.frames))
+
+
+TaskFactory = type[RoutingTask] | Callable[..., RoutingTask] | str
+"""A task class, a function returning a task, or the ``"module:name"`` of either."""
+
+_TASKS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def load_factory(task: TaskFactory) -> Callable[..., RoutingTask]:
+    """The callable behind ``task`` (imports ``"module:name"``)."""
+    if isinstance(task, str):
+        module, _, attribute = task.partition(":")
+        if not module or not attribute:
+            raise ValueError(f"a task given by name must read 'module:name', got {task!r}")
+        try:
+            return getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as error:
+            raise ValueError(f"cannot load task {task!r}: {error}") from None
+    if not callable(task):
+        raise TypeError(f"a task must be a RoutingTask, its class, a factory or 'module:name', got {task!r}")
+    return task
+
+
+def _keywords(factory: Callable) -> set[str] | None:
+    """The keyword names ``factory`` takes; None when it takes any (``**kwargs``)."""
+    parameters = inspect.signature(factory).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def make_task(task: RoutingTask | TaskFactory, **kwargs) -> RoutingTask:
+    """A task instance; equal ``task`` and keywords give the same instance while it is in use.
+
+    Keywords that are not hashable (a dataset object, say) make a new, unshared instance.
+    """
+    if isinstance(task, RoutingTask):
+        if kwargs:
+            raise TypeError(f"keywords {sorted(kwargs)} given beside a task instance; give them to its constructor")
+        return task
+    factory = load_factory(task)
+    try:
+        key = (factory, tuple(sorted(kwargs.items())))
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and key in _TASKS:
+        return _TASKS[key]
+    try:
+        made = factory(**kwargs)
+    except TypeError as error:
+        raise TypeError(f"{getattr(factory, '__name__', factory)} does not take these keywords ({error}); "
+                        f"the env's own keywords are {', '.join(ENV_KEYWORDS)}") from None
+    if not isinstance(made, RoutingTask):
+        raise TypeError(f"{getattr(factory, '__name__', factory)} returned {type(made).__name__}, not a RoutingTask")
+    if key is not None:
+        _TASKS[key] = made
+    return made
+
+
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registered spec of ``env_id``; ``"module:id"`` imports ``module`` first (it
+    registers the id), as ``gym.make`` does."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ValueError(f"cannot import {module!r} for env {env_id!r}: {error}") from None
+    try:
+        return gym.spec(name)
+    except gym.error.Error:
+        known = sorted(i for i in gym.registry if i.startswith("routing_rl/"))
+        raise ValueError(f"unknown env {name!r}; register it with routing_rl.envs.register_task (give "
+                         f"'module:{name}' to import the module that does), or use one of {', '.join(known)}") from None
+
+
+def task_from_env(env_id: str, optional: dict | None = None, **kwargs) -> tuple[RoutingTask, dict]:
+    """The task behind a registered routing env, and the env keywords of ``gym.make(env_id,
+    **kwargs)`` (the registered defaults updated by ``kwargs``). ``optional``: task keywords
+    given only if the task's constructor takes them (``data_dir``, say)."""
+    spec = env_spec(env_id)
+    values = {**spec.kwargs, **kwargs}
+    if "task" not in values:
+        raise ValueError(f"env {spec.id!r} is not a routing task (no 'task' keyword); register it with "
+                         "routing_rl.envs.register_task")
+    if optional and not isinstance(values["task"], RoutingTask):
+        takes = _keywords(load_factory(values["task"]))
+        values.update({k: v for k, v in optional.items() if takes is None or k in takes})
+    task_kwargs = {k: v for k, v in values.items() if k not in ENV_KEYWORDS and k != "task"}
+    env_kwargs = {k: v for k, v in values.items() if k in ENV_KEYWORDS}
+    return make_task(values["task"], **task_kwargs), env_kwargs
