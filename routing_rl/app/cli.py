@@ -179,4 +179,7 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(prog="python -m routing_rl.app.cli"))
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    # under torchrun, a process's uncaught error reaches the launcher's failure summary
+    sys.exit(record(main)(prog="python -m routing_rl.app.cli"))
