@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from routing_rl.core.memory import retain_freed_memory
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BENCHMARKS = {
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="torch device to measure on (default: cpu)")
     args = parser.parse_args(argv)
 
+    if torch.device(args.device).type == "cpu":
+        retain_freed_memory()  # as the command-line tools do
     results = {"machine": machine()}
     for name in args.only or BENCHMARKS:
         start = time.perf_counter()

@@ -9,6 +9,7 @@ import sys
 
 from routing_rl.app.figures import write_figures
 from routing_rl.app.sweep import run_sweep, sweep_configs
+from routing_rl.core.memory import retain_freed_memory
 
 
 def main() -> int:
@@ -27,6 +28,7 @@ def main() -> int:
     parser.add_argument("--logdir", default="runs", help="folder for the run directories (default: runs)")
     parser.add_argument("--figures", default=None, help="also write the figures of all runs to this folder")
     args = parser.parse_args()
+    retain_freed_memory()
     try:
         k_cpts = [k if k == "dynamic" else float(k) for k in args.k_cpts]
         configs = sweep_configs(

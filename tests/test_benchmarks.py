@@ -12,13 +12,27 @@ import bench_execution  # noqa: E402
 
 
 def test_execution_benchmark_routes_as_designed():
-    result = bench_execution.run(torch.device("cpu"), batch_size=64, repeats=1)
+    result = bench_execution.run(torch.device("cpu"), batch_sizes=(1, 64), repeats=1, min_examples=4,
+                                 examples=64, allocator_default=False)
     exits = result["exit_fraction_by_leaf"]
     assert exits["exit1"] == pytest.approx(0.5, abs=0.05)
     assert exits["exit3"] == pytest.approx(0.25, abs=0.05)
     assert exits["exit8"] == pytest.approx(0.25, abs=0.05)
-    assert result["mac_ratio"] > 2
-    assert {"ideal_speedup", "dynamic_speedup", "node_seconds_full", "node_seconds_dynamic"} <= set(result)
+    rows = result["by_batch_size"]
+    assert set(rows) == {1, 64} and rows[1]["examples"] == 4 and rows[64]["examples"] == 64
+    assert rows[64]["mac_ratio"] > 2
+    assert {"b1_dynamic_over_perfect", "b64_full_to_perfect", "batch1_dynamic_chain_over_static8"} <= set(result)
+
+
+def test_perfect_skipping_nets_compute_the_chain_exits():
+    torch.manual_seed(0)
+    net, plain_nets, x = bench_execution.setup(torch.device("cpu"), 16)
+    routed = bench_execution.dynamic(net, x)
+    for leaf_index in torch.unique(routed.leaf).tolist():
+        here = routed.leaf == leaf_index
+        with torch.no_grad():
+            logits = plain_nets[leaf_index](x[here]).logits[net.leaves[leaf_index]]
+        torch.testing.assert_close(logits, routed.logits[here])
 
 
 def test_video_benchmark_times_every_policy_on_the_same_clips(monkeypatch):

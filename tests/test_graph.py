@@ -77,6 +77,14 @@ def test_take_selects_examples_in_nested_states():
         take("text", torch.tensor([0]))
 
 
+def test_take_keeps_channels_last_maps_channels_last():
+    maps = torch.randn(5, 3, 4, 4).contiguous(memory_format=torch.channels_last)
+    picked = take(maps, torch.tensor([4, 0, 2]))
+    assert torch.equal(picked, maps[[4, 0, 2]])
+    assert picked.is_contiguous(memory_format=torch.channels_last)
+    assert take(maps.contiguous(), torch.tensor([1])).is_contiguous()
+
+
 def test_leaf_macs_follow_the_module_to_its_device():
     net = vector_tree()
     assert net.leaf_macs.device == torch.device("cpu")

@@ -1,8 +1,9 @@
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from routing_rl.nets.multiscale import COLUMN_CHANNELS, Column, build, chain, image_pyramid, static, tree
+from routing_rl.nets.multiscale import COLUMN_CHANNELS, Column, build, chain, image_pyramid, max_pool_halve, static, tree
 from routing_rl.nets.router import Router
 
 
@@ -117,6 +118,71 @@ def test_router_reads_k_cpt_in_units_of_ten_million_macs():
     router(descriptor, torch.tensor([0.0, 1e-7, 6.4e-8]))
     torch.testing.assert_close(seen[0], torch.cat([descriptor, torch.full((3, 1), 0.02)], 1))
     torch.testing.assert_close(seen[1][:, -1], torch.tensor([0.0, 1.0, 0.64]))
+
+
+def test_router_in_eval_mode_computes_what_its_layers_compute():
+    """Without gradients an eval-mode router folds batch norm into its linear layers; the
+    folding follows every change of the weights and statistics."""
+    torch.manual_seed(0)
+    router = Router(4, 3, k_cpt_input=True).train()
+    torch.nn.init.normal_(router.layers[-1].weight)
+    for _ in range(3):  # running statistics away from their initial values
+        router(torch.randn(8, 4) * 3 + 1, torch.rand(8) * 1e-7)
+    router.eval()
+    descriptor, k_cpt = torch.randn(5, 4), torch.rand(5) * 1e-7
+
+    def layers():
+        return router.layers(torch.cat([descriptor, (k_cpt * 1e7).unsqueeze(1)], 1).to(router.layers[0].weight))
+
+    with torch.no_grad():
+        torch.testing.assert_close(router(descriptor, k_cpt), layers())
+        router.layers[1].running_mean.add_(0.5)
+        router.layers[0].weight.mul_(2)
+        torch.testing.assert_close(router(descriptor, k_cpt), layers())
+        router.double()
+    with torch.inference_mode():
+        torch.testing.assert_close(router(descriptor.double(), k_cpt.double()), layers())
+    scores = router(descriptor.double(), k_cpt.double())
+    assert scores.requires_grad, "with gradients on, the router runs its layers"
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 8, 8), (1, 4, 8, 8), (2, 3, 5, 6)])
+def test_max_pool_halve_is_max_pooling(shape):
+    x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+    x[0, 0, :2, :2] = 1.0  # ties
+    assert torch.equal(max_pool_halve(x), F.max_pool2d(x, 2))
+
+
+def test_column_in_eval_mode_computes_what_its_layers_compute():
+    """Without gradients an eval-mode column folds batch norm into its convolutions; the
+    folding follows every change of the weights and statistics, and hooks see the layers."""
+    torch.manual_seed(0)
+    column = Column([16, 16, 16], [32, 32]).train()
+    pyramid = [torch.randn(4, 16, 8, 8), torch.randn(4, 16, 4, 4), torch.randn(4, 16, 2, 2)]
+    for _ in range(3):  # running statistics away from their initial values
+        column([p * 2 + 1 for p in pyramid])
+    column.eval()
+
+    def check():
+        expected = column(pyramid)  # gradients on: the modules run
+        with torch.no_grad():
+            for folded, plain in zip(column(pyramid), expected):
+                torch.testing.assert_close(folded, plain.detach())
+
+    check()
+    with torch.no_grad():
+        column.norms[1].running_var.mul_(3)
+        column.links[0].weight.add_(0.1)
+    check()
+    other = Column([16, 16, 16], [32, 32]).train()
+    other([p * 3 for p in pyramid])
+    column.load_state_dict(other.state_dict(), assign=True)
+    check()
+    seen = []
+    column.convs[0].register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    with torch.no_grad():
+        column(pyramid)
+    assert seen == [(4, 32, 4, 4)]
 
 
 def test_router_ignores_k_cpt_unless_built_to_read_it():

@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     from routing_rl.app.runs import RunError, train
+    from routing_rl.core.memory import retain_freed_memory
+
+    retain_freed_memory()
 
     try:
         config = None if args.resume else config_from_args(args)

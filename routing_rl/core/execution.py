@@ -84,6 +84,31 @@ def argmax_decide(junction: Junction) -> torch.Tensor:
     return junction.scores.argmax(1)
 
 
+def _split(
+    choice: torch.Tensor, n_sinks: int, global_counts: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> list[tuple[int, torch.Tensor | None]]:
+    """``[(sink number, positions), ...]`` for the sinks some example chose; positions are
+    indices into ``choice``, ascending, or None when every example chose that sink. With
+    ``global_counts`` (see :func:`route`), the sinks some process's example chose: every
+    process gets the same sinks in the same order, some with no positions here."""
+    if global_counts is None:
+        if choice.numel() == 1:
+            return [(int(choice), None)]
+        counts = torch.bincount(choice, minlength=n_sinks).tolist()
+        runs = [count > 0 for count in counts]
+    else:
+        local = torch.bincount(choice, minlength=n_sinks)
+        runs = (global_counts(local) > 0).tolist()
+        counts = local.tolist()
+    if max(counts) == choice.numel():  # every example here (if any) chose one sink
+        whole = counts.index(choice.numel()) if choice.numel() else None
+        none_here = choice.new_empty(0)
+        return [(k, None if whole in (k, None) else none_here) for k in range(n_sinks) if runs[k]]
+    # one stable sort instead of a comparison and a nonzero per sink
+    groups = torch.argsort(choice, stable=True).split(counts)
+    return [(sink_number, positions) for sink_number, positions in enumerate(groups) if runs[sink_number]]
+
+
 def route(
     net: RoutedNet,
     x: torch.Tensor,
@@ -94,7 +119,8 @@ def route(
     """Run each example along the path ``decide`` picks, computing only what is on it.
 
     Differentiable: gradients reach every transform, router and head an example passed
-    through. ``k_cpt`` may be a float or a ``(B,)`` tensor (one cost per example).
+    through. ``k_cpt`` may be a float or a ``(B,)`` tensor (one cost per example). When
+    every example at a junction takes the same sink, its whole state passes on ungathered.
 
     ``global_counts`` is for data-parallel training, where ``x`` is one process's shard: it
     maps this shard's ``(n_sinks,)`` example counts at a junction to the counts over every
@@ -106,8 +132,7 @@ def route(
     net.check_k_cpt(k_cpt)
     batch = x.shape[0]
     everyone = torch.arange(batch, device=x.device)
-    logits: torch.Tensor | None = None
-    leaf = torch.empty(batch, dtype=torch.int64, device=x.device)
+    arrivals: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (leaf number, index, logits)
     visits: dict[str, torch.Tensor] = {}
     scores: dict[str, torch.Tensor] = {}
     decisions: dict[str, torch.Tensor] = {}
@@ -118,10 +143,7 @@ def route(
         visits[name] = index
         state, descriptor, node_scores = node(inputs, node_k_cpt)
         if node.is_leaf:
-            if logits is None:
-                logits = state.new_zeros(batch, state.shape[1])
-            logits = logits.index_copy(0, index, state)
-            leaf[index] = net.leaf_index[name]
+            arrivals.append((net.leaf_index[name], index, state))
             continue
         if node_scores is None:
             pending.append((node.sinks[0], state, index, node_k_cpt))
@@ -129,23 +151,39 @@ def route(
         choice = decide(Junction(name, node_scores, descriptor, node_k_cpt, index, state))
         scores[name] = node_scores
         decisions[name] = choice
-        elsewhere = None
-        if global_counts is not None:
-            elsewhere = (global_counts(torch.bincount(choice, minlength=len(node.sinks))) > 0).tolist()
-        for sink_number, sink in enumerate(node.sinks):
-            chosen = (choice == sink_number).nonzero().squeeze(1)
-            if chosen.numel() == 0 and not (elsewhere and elsewhere[sink_number]):
-                continue
-            if chosen.numel() == index.numel():
+        for sink_number, chosen in _split(choice, len(node.sinks), global_counts):
+            sink = node.sinks[sink_number]
+            if chosen is None:
                 pending.append((sink, state, index, node_k_cpt))
                 continue
             sink_k_cpt = node_k_cpt[chosen] if isinstance(node_k_cpt, torch.Tensor) and node_k_cpt.dim() else node_k_cpt
             pending.append((sink, take(net.nodes[sink].reads(state), chosen), index[chosen], sink_k_cpt))
+    return _assemble(net, arrivals, batch, visits, scores, decisions)
+
+
+def _assemble(net: RoutedNet, arrivals, batch: int, visits, scores, decisions) -> RoutedOutput:
+    """The batch's logits and leaves, in batch order, from each leaf's sub-batch."""
+    if len(arrivals) == 1:
+        number, index, logits = arrivals[0]
+        leaf = torch.full((batch,), number, dtype=torch.int64, device=index.device)
+        macs = torch.full((batch,), net.leaf_path_macs[number], dtype=torch.int64, device=index.device)
+        return RoutedOutput(logits, leaf, macs, visits, scores, decisions)
+    numbers = [number for number, _, _ in arrivals]
+    sizes = [index.numel() for _, index, _ in arrivals]
+    index = torch.cat([index for _, index, _ in arrivals])
+    arrived = torch.cat([logits for _, _, logits in arrivals])
+    logits = arrived.new_empty(batch, arrived.shape[1]).index_copy(0, index, arrived)
+    leaf_of_arrival = torch.tensor(numbers, device=index.device).repeat_interleave(torch.tensor(sizes, device=index.device))
+    leaf = torch.empty(batch, dtype=torch.int64, device=index.device).index_copy_(0, index, leaf_of_arrival)
     return RoutedOutput(logits, leaf, net.leaf_macs[leaf], visits, scores, decisions)
 
 
 def dynamic(net: RoutedNet, x: torch.Tensor, k_cpt=None) -> RoutedOutput:
-    """Inference: argmax routing, computing only the nodes each example is routed through."""
+    """Inference: argmax routing, computing only the nodes each example is routed through.
+
+    Runs without gradients (``no_grad``, not ``inference_mode``, so that callers may feed
+    the outputs into training); wrap a call in ``torch.inference_mode()`` for a few percent more.
+    """
     with torch.no_grad():
         return route(net, x, argmax_decide, k_cpt)
 

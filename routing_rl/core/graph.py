@@ -36,8 +36,12 @@ def flatten_descriptor(state: torch.Tensor) -> torch.Tensor:
 
 
 def take(state: State, index: torch.Tensor) -> State:
-    """Select examples ``index`` (a 1-D long tensor) from every tensor in ``state``."""
+    """Select examples ``index`` (a 1-D long tensor) from every tensor in ``state``; a
+    channels-last tensor stays channels-last."""
     if isinstance(state, torch.Tensor):
+        if state.dim() == 4 and not state.is_contiguous() and state.is_contiguous(memory_format=torch.channels_last):
+            # gather along the outermost dimension of the memory order, which keeps the layout
+            return state.permute(0, 2, 3, 1).index_select(0, index).permute(0, 3, 1, 2)
         return state.index_select(0, index)
     if isinstance(state, (list, tuple)):
         return type(state)(take(s, index) for s in state)
@@ -137,7 +141,8 @@ class RoutedNet(nn.Module):
         leaves / junctions: names in pre-order.
         macs: name -> MACs per example of the node's transform.
         router_macs: name -> MACs per example of the node's router (0 if none).
-        leaf_macs: ``(n_leaves,)`` int64 tensor, the MACs of the whole path to each leaf.
+        leaf_macs: ``(n_leaves,)`` int64 tensor, the MACs of the whole path to each leaf
+            (``leaf_path_macs``: the same as a list of ints).
         path: leaf name -> [(junction, sink index), ...] decisions that lead to it.
     """
 
@@ -161,8 +166,8 @@ class RoutedNet(nn.Module):
         self.leaf_index = {name: i for i, name in enumerate(self.leaves)}
         self.path = {leaf: self._decisions_to(leaf) for leaf in self.leaves}
         self.macs, self.router_macs = self._measure_macs()
-        path_macs = [self.path_macs(leaf) for leaf in self.leaves]
-        self.register_buffer("leaf_macs", torch.tensor(path_macs, dtype=torch.int64), persistent=False)
+        self.leaf_path_macs = [self.path_macs(leaf) for leaf in self.leaves]
+        self.register_buffer("leaf_macs", torch.tensor(self.leaf_path_macs, dtype=torch.int64), persistent=False)
 
     def _walk(self) -> tuple[list[str], dict[str, str | None]]:
         if self.root not in self.nodes:

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from routing_rl.core.graph import Node, RoutedNet
+from routing_rl.nets.folding import Foldable, norm_affine, norm_tensors, use_folded
 from routing_rl.nets.router import BN_EPS, BN_MOMENTUM, Router
 
 INPUT_SHAPE = (3, 32, 32)
@@ -49,12 +50,22 @@ def image_pyramid(x: torch.Tensor, levels: int = PYRAMID_LEVELS) -> list[torch.T
     return pyramid
 
 
+def max_pool_halve(x: torch.Tensor) -> torch.Tensor:
+    """``F.max_pool2d(x, 2)`` for inference: on a batch of maps with even sides, two pairwise
+    maxima give the same values without the pooling kernel's index bookkeeping, about ten
+    times faster on channels-last maps on the CPU. (A lone example keeps the single call.)"""
+    if x.shape[0] == 1 or x.shape[-1] % 2 or x.shape[-2] % 2:
+        return F.max_pool2d(x, 2)
+    rows = torch.maximum(x[:, :, 0::2], x[:, :, 1::2])
+    return torch.maximum(rows[:, :, :, 0::2], rows[:, :, :, 1::2])
+
+
 def coarsest(state: Sequence[torch.Tensor]) -> torch.Tensor:
     """A column's descriptor: its coarsest feature map, flattened to ``(B, 16·C)``."""
     return state[-1].flatten(1)
 
 
-class Column(nn.Module):
+class Column(Foldable):
     """One column: ``out[i] = ReLU(BN(conv(in[i]) + conv(maxpool(out[i-1]))))``.
 
     Args:
@@ -81,21 +92,57 @@ class Column(nn.Module):
             nn.init.xavier_uniform_(conv.weight)
             if conv.bias is not None:
                 nn.init.zeros_(conv.bias)
+        self._layers = [*self.convs, *self.links, *self.norms]  # watched for hooks by use_folded
 
     def reads(self, inputs):
         """The scales of the parent's pyramid this column uses (all of an image input)."""
         return inputs if self.image_input else inputs[len(inputs) - len(self.convs):]
 
     def forward(self, inputs) -> list[torch.Tensor]:
-        pyramid = image_pyramid(inputs, self.levels_in) if self.image_input else inputs
+        on_cpu = (inputs if self.image_input else inputs[0]).device.type == "cpu"
+        # oneDNN's convolutions and max pooling run several times faster on channels-last
+        # maps; pooling keeps the layout, and so does the column (a gather does not)
+        layout = torch.channels_last if on_cpu else torch.contiguous_format
+        if self.image_input:
+            pyramid = image_pyramid(inputs.contiguous(memory_format=layout), self.levels_in)
+        else:
+            pyramid = [scale.contiguous(memory_format=layout) for scale in inputs]
         pyramid = pyramid[len(pyramid) - len(self.convs):]
+        if use_folded(self, self._layers):
+            return self._folded_forward(pyramid)
         outputs: list[torch.Tensor] = []
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             z = conv(pyramid[i])
             if i > 0:
                 z = z + self.links[i - 1](F.max_pool2d(outputs[-1], 2))
-            outputs.append(F.relu(norm(z)))
+            outputs.append(F.relu(norm(z), inplace=True))
         return outputs
+
+    def _folded_forward(self, pyramid: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The same column with each batch norm folded into the convolutions before it."""
+        convs, links = self._folded()
+        outputs: list[torch.Tensor] = []
+        for i, (weight, bias) in enumerate(convs):
+            z = F.conv2d(pyramid[i], weight, bias, padding=1)
+            if i > 0:
+                z += F.conv2d(max_pool_halve(outputs[-1]), links[i - 1], padding=1)
+            outputs.append(z.relu_())
+        return outputs
+
+    def _fold_sources(self) -> list[torch.Tensor]:
+        sources = []
+        for conv, norm in zip(self.convs, self.norms):
+            sources += [conv._parameters["weight"], conv._parameters["bias"], *norm_tensors(norm)]
+        return sources + [link._parameters["weight"] for link in self.links]
+
+    def _fold(self) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[torch.Tensor]]:
+        convs, links = [], []
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
+            scale, shift = norm_affine(norm)
+            convs.append((conv.weight * scale.view(-1, 1, 1, 1), conv.bias * scale + shift))
+            if i > 0:
+                links.append(self.links[i - 1].weight * scale.view(-1, 1, 1, 1))
+        return convs, links
 
 
 class Head(nn.Module):

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from routing_rl.nets.folding import Foldable, norm_affine, norm_tensors, use_folded
+
 K_CPT_SCALE = 1e7
 """Routers read k_cpt in units of cost per ten million MACs (paper, Section 4.6)."""
 
@@ -26,7 +28,7 @@ class RouterBatchNorm(nn.BatchNorm1d):
         return super().forward(x)
 
 
-class Router(nn.Module):
+class Router(Foldable):
     """Scores the sinks of one junction.
 
     descriptor ``(B, in_features)`` [+ k_cpt × 1e7] → linear 16 → BN → ReLU → linear 16 →
@@ -72,4 +74,27 @@ class Router(nn.Module):
             k_cpt = torch.as_tensor(k_cpt, dtype=descriptor.dtype, device=descriptor.device)
             column = (k_cpt * K_CPT_SCALE).expand(descriptor.shape[0]).unsqueeze(1)
             descriptor = torch.cat([descriptor, column], dim=1)
-        return self.layers(descriptor)
+        if not use_folded(self, self.layers):
+            return self.layers(descriptor)
+        first_t, first_bias, second_t, second_bias, last_t, last_bias = self._folded()
+        x = torch.addmm(first_bias, descriptor, first_t).relu_()
+        x = torch.addmm(second_bias, x, second_t).relu_()
+        return torch.addmm(last_bias, x, last_t)
+
+    def _fold_sources(self) -> list[torch.Tensor]:
+        layers = self.layers._modules
+        sources = []
+        for linear, norm in (("0", "1"), ("3", "4")):
+            sources += [layers[linear]._parameters["weight"], layers[linear]._parameters["bias"], *norm_tensors(layers[norm])]
+        return sources + [layers["6"]._parameters["weight"], layers["6"]._parameters["bias"]]
+
+    def _fold(self) -> tuple[torch.Tensor, ...]:
+        """Transposed weights and biases of the three linear layers, with batch norm folded
+        into the first two. Routers run at every junction an example passes, and at small
+        batches the calls, not the arithmetic, are their cost (batch norm's most of all)."""
+        first, norm1, _, second, norm2, _, last = self.layers
+        folded = []
+        for linear, norm in ((first, norm1), (second, norm2)):
+            scale, shift = norm_affine(norm)
+            folded += [(linear.weight * scale.unsqueeze(1)).t().contiguous(), linear.bias * scale + shift]
+        return (*folded, last.weight.t().contiguous(), last.bias.clone())

@@ -1,0 +1,45 @@
+"""CPU memory: let the C allocator keep freed activations for the next batch.
+
+On Linux, glibc's ``malloc`` serves every block above its *mmap threshold* (adjusted as the
+program runs, at most 32 MiB) with a fresh ``mmap`` and returns it to the kernel on ``free``.
+The kernel then zero-fills each page of the next such block on first touch. One scale of a
+column's pyramid at batch 1024 is 64 MiB (16 channels × 32 × 32 × 4 bytes × 1024), so a
+large-batch forward pass on the CPU pays a page fault per 4 KiB of every activation it
+writes: at batch 1024 this made dynamic execution and full evaluation 1.6–2.2× slower
+(``benchmarks/bench_execution.py`` measures it, ``allocator_default``). Raising both
+thresholds makes freed blocks stay in the process, ready for the next pass, as the CUDA
+caching allocator does on the GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+RETAINED_BLOCK_BYTES = 1 << 30
+"""Blocks up to 1 GiB come from (and return to) the process's heap."""
+
+_retained = False
+
+
+def retain_freed_memory(max_block_bytes: int = RETAINED_BLOCK_BYTES) -> bool:
+    """Keep freed blocks up to ``max_block_bytes`` in the process instead of returning them.
+
+    Process-wide and lasting: the resident memory then stays at its peak. Applied by the
+    command-line tools and the benchmarks; a library user opts in by calling it once.
+    Returns whether it took effect: True under glibc (Linux), False elsewhere, where the C
+    allocator has no such thresholds to raise.
+    """
+    global _retained
+    if _retained:
+        return True
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is None:
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    _retained = bool(mallopt(M_MMAP_THRESHOLD, max_block_bytes)) and bool(mallopt(M_TRIM_THRESHOLD, max_block_bytes))
+    return _retained
