@@ -4,9 +4,10 @@ The training routing policy at junction j is ``softmax(s_j / tau)`` (floored). W
 tree evaluated, every leaf's path probability ``P_leaf`` (the product of the decision
 probabilities on its path) is known, and
 
-    L_ac = E[c_err + c_cpt] = mean_batch Σ_leaf P_leaf · (c_err(leaf) + k_cpt · MACs(leaf))
+    L_ac = E[c_err + c_cpt] = mean_batch Σ_leaf P_leaf · (c_err(leaf) + k_cpt · cost(leaf))
 
-is computed exactly, without sampling. Gradients reach the heads and columns through
+is computed exactly, without sampling; ``cost(leaf)`` is the path's MACs, or its measured time
+in MAC-equivalents (:class:`~routing_rl.core.k_cpt.CostModel`). Gradients reach the heads and columns through
 ``c_err`` and the routers through ``P``. Regularisation (Section 4.4) adds
 
 * c_mod = k_L2 · Σ_nodes p̄_node Σ w² (see :mod:`routing_rl.training.sgd`), and
@@ -27,18 +28,19 @@ from routing_rl.training.sgd import check_error_cost, leaf_correct, leaf_errors,
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet
+from routing_rl.core.k_cpt import CostModel, expected_c_cpt
 
 
 class ActorLearner(SGDLearner):
     """Trains a routed net (chain or tree) by exact expected-cost minimisation."""
 
-    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device):
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None):
         if not net.junctions:
             raise ValueError("the actor learns routing; its net needs junctions (--arch chain or tree)")
         if config.resolved_policy != "softmax":
             raise ValueError("the actor's gradients flow through softmax probabilities; use --policy softmax")
         check_error_cost(config)
-        super().__init__(net, config, device)
+        super().__init__(net, config, device, cost)
         self.policy = training_policy(config)
         self.paths = Paths(net)
         self.junction_columns = [self.paths.node_index[j] for j in net.junctions]
@@ -51,7 +53,7 @@ class ActorLearner(SGDLearner):
         reach = self.paths.reach(probabilities)
         p_leaf = self.paths.leaves(reach)
         c_err = (p_leaf * leaf_errors(self.net, out, batch.labels)).sum(1).mean()
-        c_cpt = (p_leaf * k_cpt[:, None] * self.leaf_macs).sum(1).mean()
+        c_cpt = expected_c_cpt(p_leaf, k_cpt, self.leaf_cost)
         reach_junction = reach.detach()[:, self.junction_columns]
         decisiveness = torch.stack([out.scores[j].square().sum(1) for j in self.net.junctions], dim=1)
         c_dec = self.config.k_dec * (reach_junction * decisiveness).sum(1).mean()

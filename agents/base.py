@@ -8,8 +8,9 @@ loop — SB3's ``learn()`` drives them — and live in :mod:`routing_rl.agents.s
 
 :class:`SGDLearner` is the base of the static, actor, critic and threshold learners: the
 shared optimisation core (:class:`~routing_rl.training.sgd.RoutedSGD`: halving learning rate,
-c_mod, TALR), per-example k_cpt (the configured one, or for a dynamic-k_cpt net one drawn per
-training example from :data:`~routing_rl.core.costs.K_CPT_VALUES`, Section 4.6), one routed
+c_mod, TALR), per-example k_cpt (:class:`~routing_rl.core.k_cpt.KCpt`: the configured one, or
+for a dynamic-k_cpt net one drawn per training example, Section 4.6), each leaf path's cost
+(:class:`~routing_rl.core.k_cpt.CostModel`: MACs or measured MAC-equivalents), one routed
 training step, and ``state_dict`` (net, optimiser momentum, the learner's random generator).
 """
 
@@ -20,10 +21,10 @@ from abc import ABC, abstractmethod
 import torch
 
 from routing_rl.training.config import TrainConfig
-from routing_rl.core.costs import K_CPT_VALUES
 from routing_rl.data import Split
 from routing_rl.core.execution import Decide, argmax_decide
 from routing_rl.core.graph import RoutedNet
+from routing_rl.core.k_cpt import CostModel, KCpt
 from routing_rl.training.distributed import Distributed, synchronise_batch_norm
 from routing_rl.training.sgd import RoutedSGD, SGDOptions, scalars
 
@@ -35,12 +36,15 @@ class Learner(ABC):
         net: the net to train, already on ``device``.
         config: the run's configuration (hyperparameters, schedules, k_cpt).
         device: where batches will arrive.
+        cost: what each node's computation costs (c_cpt = k_cpt × cost); None: its MACs.
     """
 
-    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device):
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None):
         self.net = net
         self.config = config
         self.device = device
+        self.k_cpt = KCpt(config.k_cpt)
+        self.cost = cost if cost is not None else CostModel.macs(net)
 
     @abstractmethod
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
@@ -52,13 +56,18 @@ class Learner(ABC):
         ``charts/train_accuracy``, ``charts/train_mean_macs`` where they exist.
         """
 
+    def before_evaluation(self, train: Split) -> None:
+        """Called before every validation and before the final test evaluation, with the
+        training split (un-augmented): a learner whose evaluation-mode net needs refreshing
+        from training data (batch-norm statistics) does it here."""
+
     def decide(self, k_cpt: float | None) -> Decide:
         """The inference routing policy to evaluate with."""
         return argmax_decide
 
     def eval_k_cpts(self) -> list[float]:
         """The k_cpt values to evaluate at: every paper value for a dynamic-k_cpt net."""
-        return list(K_CPT_VALUES) if self.config.dynamic_k_cpt else [float(self.config.k_cpt)]
+        return list(self.k_cpt.values)
 
     def evaluation_points(self, validation: Split) -> list[tuple[dict, float, Decide]]:
         """The settings a trained learner is judged at on the test split:
@@ -80,19 +89,24 @@ class SGDLearner(Learner):
     """Base of the static, actor, critic and threshold learners.
 
     Args:
-        net, config, device: as :class:`Learner`.
+        net, config, device, cost: as :class:`Learner`.
         regularise_routers: whether router weights belong to c_mod (not for learners that
             never use the routers).
     """
 
-    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, regularise_routers: bool = True):
-        super().__init__(net, config, device)
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None,
+                 regularise_routers: bool = True):
+        super().__init__(net, config, device, cost)
         self.sgd = RoutedSGD(net, SGDOptions.from_config(config), regularise_routers)
         # seed + 2: the trainer's batch sampler and augmentation use seed and seed + 1
         self.generator = torch.Generator(device=device).manual_seed(config.seed + 2)
         self.dtype = self.sgd.dtype
         self.leaf_macs = net.leaf_macs.to(self.dtype)
-        self.k_cpt_values = torch.tensor(K_CPT_VALUES, dtype=self.dtype, device=device)
+        self.leaf_cost = self.cost.leaf_cost(self.leaf_macs)
+
+    def sample_k_cpt(self, batch_size: int) -> torch.Tensor:
+        """``(B,)`` k_cpt of each training example."""
+        return self.k_cpt.sample(batch_size, self.generator, self.dtype, self.device)
         self.distributed: Distributed | None = None
 
     def distribute(self, distributed: Distributed) -> None:
@@ -109,16 +123,11 @@ class SGDLearner(Learner):
         return values.mean(0) if self.distributed is None else self.distributed.batch_mean(values)
 
     def sample_k_cpt(self, batch_size: int) -> torch.Tensor:
-        """``(B,)`` cost per MAC of each training example (across processes: the draws of the
-        global batch, this process's shard of them)."""
-        if self.config.dynamic_k_cpt:
-            if self.distributed is None:
-                pick = torch.randint(len(K_CPT_VALUES), (batch_size,), generator=self.generator, device=self.device)
-            else:
-                pick = torch.randint(len(K_CPT_VALUES), (self.config.batch_size,), generator=self.generator,
-                                     device=self.device)[self.shard]
-            return self.k_cpt_values[pick]
-        return torch.full((batch_size,), float(self.config.k_cpt), dtype=self.dtype, device=self.device)
+        """``(B,)`` k_cpt of each training example (across processes: the draws of the global
+        batch, this process's shard of them)."""
+        if self.distributed is None:
+            return self.k_cpt.sample(batch_size, self.generator, self.dtype, self.device)
+        return self.k_cpt.sample(self.config.batch_size, self.generator, self.dtype, self.device)[self.shard]
 
     def c_mod(self, usage: torch.Tensor | None = None) -> torch.Tensor:
         """c_mod of the net; see :meth:`RoutedSGD.c_mod`."""

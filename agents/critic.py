@@ -2,7 +2,8 @@
 
 Each router's score for sink ``i`` of junction ``j`` learns to predict the utility
 ``u_j^i = -c_inf(ν_j^i)``, minus the cost of inference of the subtree below that sink: its
-nodes' computation, ``k_cpt × MACs`` (transforms and routers of the subtree), plus the error
+nodes' computation, ``k_cpt × cost`` (transforms and routers of the subtree; cost in MACs or
+measured MAC-equivalents, :class:`~routing_rl.core.k_cpt.CostModel`), plus the error
 at the leaf the subtree's decisions lead to. The loss is
 
     L_cr = E[c_err] + E[Σ_{j ∈ J(d̂)} k_ure ‖s_j - u_j‖²] + c_mod,
@@ -11,7 +12,7 @@ with the training routing policy ``d̂`` a constant: its probabilities carry no 
 the routers learn only from the regression term c_ure. What "the decisions below the sink"
 are makes the two critics:
 
-* pragmatic (``critic``): the current inference policy's — argmax of the scores at every
+* pragmatic (``pragmatic-critic``, alias ``critic``): the current inference policy's — argmax of the scores at every
   junction below;
 * optimistic (``optimistic-critic``): the best ones — the minimum cost over the subtree's
   paths, so ``u_j`` does not depend on the routers downstream of ``j``.
@@ -23,9 +24,9 @@ cross-entropy.
 Two executions build the targets:
 
 **Full tree** (exact). Every node runs on the whole batch, so every subtree's cost is known
-for every example. Going up from the leaves, ``V(leaf) = k_cpt·MACs(leaf) + error(leaf)``,
-``V(node) = k_cpt·MACs(node) + V(its sink)``, and at a junction
-``Q_j^i = V(sink i)``, ``u_j = -Q_j`` and ``V(j) = k_cpt·MACs(j) + Q_j^{argmax s_j}``
+for every example. Going up from the leaves, ``V(leaf) = k_cpt·cost(leaf) + error(leaf)``,
+``V(node) = k_cpt·cost(node) + V(its sink)``, and at a junction
+``Q_j^i = V(sink i)``, ``u_j = -Q_j`` and ``V(j) = k_cpt·cost(j) + Q_j^{argmax s_j}``
 (pragmatic) or ``min_i Q_j^i`` (optimistic). c_ure and c_err are averaged over the training
 policy: each junction's term weighted by its reach probability, each leaf's error by its
 path probability.
@@ -37,19 +38,65 @@ up, with every unobserved sink valued at the critic's own estimate ``-s_j^i``:
 
 * at each junction ``j`` on the path the taken sink ``d_j`` gets the target
   ``u_j^{d_j} = -Q̂``, ``Q̂`` the cost observed below it (its subtree's value as computed by
-  this recursion); the other sinks get no target (nothing was observed there);
-* going up, ``q_i = -s_j^i`` for ``i ≠ d_j`` and ``q_{d_j} = Q̂``, and
-  ``V(j) = k_cpt·MACs(j) + q_{argmax s_j}`` (pragmatic: the observed cost when the sampled
-  decision was the inference decision, the critic's estimate otherwise) or ``min_i q_i``
-  (optimistic: the best of the observed branch and the estimated alternatives).
+  this recursion); with side heads (below) every exit head of ``j`` is observed too and
+  gets its own target; the other sinks get none (nothing was observed there);
+* going up, ``q_i = -s_j^i`` for the unobserved sinks and the observed cost for the others,
+  and ``V(j) = k_cpt·cost(j) + q_{argmax s_j}`` (pragmatic: the observed cost when the
+  sampled decision was the inference decision, the critic's estimate otherwise) or
+  ``min_i q_i`` (optimistic: the best of the observed branches and the estimated others).
 
 So sampled pragmatic targets equal the exact ones wherever the sampled path below a junction
 is the argmax path (always, with ``--policy greedy``), and both critics fall back on
 bootstrapped estimates only where the path left what they would have chosen. c_ure sums the
-squared errors of the taken sinks of the junctions on each example's path (a one-sample
-estimate of the expectation over ``d̂``), c_err is the sampled leaf's error, c_mod weights each
-node by the fraction of the batch whose path went through it, and TALR uses that fraction as
-its mean ``p²`` (see :mod:`routing_rl.core.talr`).
+squared errors of the observed sinks of the junctions on each example's path (a one-sample
+estimate of the expectation over ``d̂``), c_mod weights each node by the fraction of the
+batch whose path went through it, and TALR uses that fraction as its mean ``p²`` (see
+:mod:`routing_rl.core.talr`).
+
+**What makes sampled learning work (the defaults for ``--policy eps-greedy``).** Sampled
+decisions starve the deep part of the net: a column, and its head, learn only from the
+examples the training policy sends there. With ε 0.1 from the start, the first head is the
+only well-trained one, its exit looks cheapest, fewer examples go deeper, and the critic
+collapses to "exit at column 1" (issue 10). Two defaults fix it, at no extra column MACs:
+
+* **Side heads** (``side_heads``, on by default). A path that passes column ``k`` has
+  computed the inputs of the exit heads of columns ``1..k``; those heads are a linear layer
+  each (about 0.1% of a column's MACs), so :func:`~routing_rl.core.execution.route` runs them
+  on every example at their junction. c_err is the sum of every head's cross-entropy over
+  the examples it ran on (the path's own leaf alone without side heads), and every junction
+  on the path observes its exit's true cost, not only the taken sink's.
+* **ε from 1, annealed** (``epsilon`` defaults to 1.0 for critics, halving every
+  ``epsilon_half_life``), as SB3's DQN explores: early on every column is reached by a
+  share of every batch (half of the examples pass each junction), so the deep columns and
+  heads train before the critic commits, and the critic's own argmax takes over as ε falls.
+
+Measured on hybrid, chain, k_cpt 4e-9, seed 0, 800 iterations of batch 128, lr 0.1 (halving
+every 200 iterations in the first two rows, every 2,000 in the others), ε halving every 100
+iterations, on the CPU; test split, accuracy of digits / CIFAR images:
+
+=====================================  =========  =========  ===============  =====  ========
+configuration                          test acc   mean MACs  digits / CIFAR   exits  BN recal
+=====================================  =========  =========  ===============  =====  ========
+ε 0.1, path head only (lr h.-l. 200)   58.77%     2.26M      —                1-4    no
+ε 0.1, side heads (lr h.-l. 200)       61.99%     1.72M      48.0 / 75.5 %    1      no
+ε 0.1, side heads                      79.48%     1.40M      82.4 / 76.6 %    1      no
+ε from 1, path head only               79.14%     1.49M      80.5 / 77.8 %    1      yes
+ε from 1, side heads                   87.82%     4.12M      93.6 / 82.0 %    1-2    no
+ε from 1, side heads                   88.60%     4.50M      94.4 / 82.7 %    1-2    yes
+=====================================  =========  =========  ===============  =====  ========
+
+Either change alone leaves the critic at "exit 1"; together they train column 2 well enough
+that the critic sends the digits and about 60% of the CIFAR images there.
+
+**Batch norm.** In train mode a node normalises by the statistics of the sub-batch that
+reached it, and its running statistics are a moving average of those small, shifting
+sub-batches. Before every validation and the final test evaluation a sampled critic
+recomputes them (:func:`~routing_rl.training.batchnorm.recalibrate`) as exact averages over
+:data:`CALIBRATION_IMAGES` training images routed by the inference policy, so evaluation
+normalises each node's inputs by the statistics of the examples that really reach it (+0.8
+test points above). The 8-12 point gap between validation and test that issue 10 saw is
+mostly not batch norm: validation keeps train's mix (14% digits), test is half digits, and a
+starved critic classifies digits worst (48% against 75.5% for CIFAR in the second row).
 """
 
 from __future__ import annotations
@@ -62,29 +109,31 @@ from routing_rl.training.sgd import check_error_cost, leaf_correct, leaf_errors,
 from routing_rl.training.config import TrainConfig
 from routing_rl.core.costs import error_cost
 from routing_rl.data import Split
-from routing_rl.core.execution import RoutedOutput, route
+from routing_rl.core.execution import RoutedOutput, argmax_decide, route
 from routing_rl.core.graph import FullOutput, RoutedNet
+from routing_rl.core.k_cpt import CostModel, c_cpt, expected_c_cpt
 from routing_rl.core.policies import sample, sample_with
+from routing_rl.training.batchnorm import recalibrate
 
-
-def node_costs(net: RoutedNet) -> dict[str, float]:
-    """MACs per example of each node's own transform and router."""
-    return {name: float(net.macs[name] + net.router_macs[name]) for name in net.order}
+CALIBRATION_IMAGES = 4096
+"""Training images whose routed statistics replace a sampled critic's batch-norm running
+statistics before each evaluation."""
 
 
 def full_targets(
-    net: RoutedNet, output: FullOutput, errors: torch.Tensor, k_cpt: torch.Tensor, optimistic: bool
+    net: RoutedNet, output: FullOutput, errors: torch.Tensor, k_cpt: torch.Tensor, optimistic: bool,
+    cost: CostModel | None = None,
 ) -> dict[str, torch.Tensor]:
     """Exact utilities ``u_j`` ``(B, n_sinks)`` of every junction, from a full evaluation.
 
-    errors: ``(B, L)`` each leaf's error cost; k_cpt: ``(B,)``.
+    errors: ``(B, L)`` each leaf's error cost; k_cpt: ``(B,)``; cost: each node's (None: MACs).
     """
-    macs = node_costs(net)
+    node_cost = (cost or CostModel.macs(net)).node
     value: dict[str, torch.Tensor] = {}
     targets: dict[str, torch.Tensor] = {}
     for name in reversed(net.order):
         node = net.nodes[name]
-        own = k_cpt * macs[name]
+        own = c_cpt(k_cpt, node_cost[name])
         if node.is_leaf:
             value[name] = own + errors[:, net.leaf_index[name]]
         elif node.is_junction:
@@ -97,16 +146,28 @@ def full_targets(
 
 
 def sampled_targets(
-    net: RoutedNet, routed: RoutedOutput, errors: torch.Tensor, k_cpt: torch.Tensor, optimistic: bool
-) -> dict[str, torch.Tensor]:
-    """Utilities of the sink each example took, ``(b,)`` per junction on the sampled paths
-    (aligned with ``routed.visits[j]``); see the module docstring.
+    net: RoutedNet,
+    routed: RoutedOutput,
+    errors: torch.Tensor,
+    k_cpt: torch.Tensor,
+    optimistic: bool,
+    head_errors: dict[str, torch.Tensor] | None = None,
+    cost: CostModel | None = None,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Utilities observed on the sampled paths; see the module docstring.
 
     errors: ``(B,)`` the error cost at each example's leaf; k_cpt: ``(B,)``.
+    head_errors: leaf name -> ``(b,)`` error cost of the side heads that ran on every example
+        at their junction (``route(..., side_heads=True)``, aligned with ``routed.heads``);
+        None when only the path's own leaf ran.
+    cost: each node's (None: MACs).
+    Returns junction name -> ``(targets (b, n_sinks), observed (b, n_sinks) bool)``, aligned
+    with ``routed.visits[j]``: a target exists where ``observed`` is True.
     """
-    macs = node_costs(net)
+    node_cost = (cost or CostModel.macs(net)).node
+    head_errors = head_errors or {}
     below = torch.zeros_like(errors)  # per example: the cost of its path below the last node processed
-    targets: dict[str, torch.Tensor] = {}
+    targets: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for name in reversed(net.order):  # descendants before ancestors, so each path runs leaf first
         if name not in routed.visits:
             continue
@@ -115,13 +176,18 @@ def sampled_targets(
         if node.is_leaf:
             rest = errors[index]
         elif node.is_junction:
-            taken, scores, decision = below[index], routed.scores[name].detach(), routed.decisions[name]
-            targets[name] = -taken
-            q = (-scores).scatter(1, decision[:, None], taken[:, None])
+            scores, decision = routed.scores[name].detach(), routed.decisions[name]
+            q = (-scores).scatter(1, decision[:, None], below[index][:, None])
+            observed = torch.zeros_like(q, dtype=torch.bool).scatter(1, decision[:, None], True)
+            for sink_number, sink in enumerate(node.sinks):
+                if sink in head_errors:
+                    q[:, sink_number] = c_cpt(k_cpt[index], node_cost[sink]) + head_errors[sink]
+                    observed[:, sink_number] = True
+            targets[name] = (-q, observed)
             rest = _subtree_cost(q, scores, optimistic)
         else:
             rest = below[index]
-        below[index] = k_cpt[index] * macs[name] + rest
+        below[index] = c_cpt(k_cpt[index], node_cost[name]) + rest
     return targets
 
 
@@ -140,16 +206,18 @@ class CriticLearner(SGDLearner):
     ``config.resolved_policy`` the training routing policy (softmax, eps-greedy, greedy).
     """
 
-    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, optimistic: bool = False):
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None,
+                 optimistic: bool = False):
         if not net.junctions:
             raise ValueError("a critic learns routing; its net needs junctions (--arch chain or tree)")
         check_error_cost(config)
-        super().__init__(net, config, device)
+        super().__init__(net, config, device, cost)
         self.optimistic = optimistic
         self.policy = training_policy(config)
         self.execution = config.resolved_execution
         self.paths = Paths(net)
         self.same_error = config.utility_error == config.error_cost
+        self.side_heads = config.side_heads
 
     def losses(self, batch: Split, iteration: int) -> dict[str, torch.Tensor]:
         """The loss terms on one batch, the critic ``targets``, and node usage ``reach`` ``(B, N)``."""
@@ -166,14 +234,14 @@ class CriticLearner(SGDLearner):
             p_leaf = self.paths.leaves(reach)
         errors = leaf_errors(self.net, out, labels)
         utility_errors = errors.detach() if self.same_error else leaf_errors(self.net, out, labels, self.config.utility_error)
-        targets = full_targets(self.net, out, utility_errors, k_cpt, self.optimistic)
+        targets = full_targets(self.net, out, utility_errors, k_cpt, self.optimistic, self.cost)
         regression = torch.stack(
             [(out.scores[j] - targets[j]).square().sum(1) for j in self.net.junctions], dim=1
         )
         reach_junction = reach[:, [self.paths.node_index[j] for j in self.net.junctions]]
         return {
             "c_err": (p_leaf * errors).sum(1).mean(),
-            "c_cpt": (p_leaf * k_cpt[:, None] * self.leaf_macs).sum(1).mean(),
+            "c_cpt": expected_c_cpt(p_leaf, k_cpt, self.leaf_cost),
             "c_ure": self.config.k_ure * (reach_junction * regression).sum(1).mean(),
             "c_mod": self.c_mod(self.batch_mean(reach)),
             "reach": reach,
@@ -185,25 +253,36 @@ class CriticLearner(SGDLearner):
     def _sampled_losses(self, batch: Split, iteration: int, k_cpt: torch.Tensor) -> dict[str, torch.Tensor]:
         k_cpt_input = k_cpt if self.net.k_cpt_input else None
         if self.distributed is None:
-            routed = route(self.net, batch.images, sample(self.policy, iteration, self.generator), k_cpt_input)
+            decide, global_counts = sample(self.policy, iteration, self.generator), None
         else:  # decisions drawn for the global batch, so that they do not depend on the process
             draws = torch.rand(len(self.net.junctions), self.config.batch_size, generator=self.generator,
                                device=self.device)[:, self.shard]
             decide = sample_with(self.policy, iteration, dict(zip(self.net.junctions, draws)))
-            routed = route(self.net, batch.images, decide, k_cpt_input, global_counts=self.distributed.sum)
+            global_counts = self.distributed.sum
+        routed = route(self.net, batch.images, decide, k_cpt_input, self.side_heads, global_counts)
         labels, size = batch.labels, len(batch)
         errors = error_cost(routed.logits, labels, self.config.error_cost)
         utility_errors = errors.detach() if self.same_error else error_cost(routed.logits, labels, self.config.utility_error)
-        targets = sampled_targets(self.net, routed, utility_errors, k_cpt, self.optimistic)
+        head_losses = {leaf: error_cost(logits, labels[index]) for leaf, (index, logits) in routed.heads.items()}
+        head_errors = None
+        if self.side_heads:
+            head_errors = {
+                leaf: loss.detach() if self.same_error else error_cost(logits, labels[index], self.config.utility_error)
+                for (leaf, (index, logits)), loss in zip(routed.heads.items(), head_losses.values())
+            }
+        targets = sampled_targets(self.net, routed, utility_errors, k_cpt, self.optimistic, head_errors, self.cost)
         squared = [
-            (routed.scores[j].gather(1, routed.decisions[j][:, None]).squeeze(1) - targets[j]).square().sum()
-            for j in targets
+            ((routed.scores[j] - target).square() * observed).sum() for j, (target, observed) in targets.items()
         ]
         reach = self.paths.visited(routed.visits, size, self.dtype)
+        for leaf, (index, _) in routed.heads.items():
+            reach[index, self.paths.node_index[leaf]] = 1.0
         macs = routed.macs.to(self.dtype)
+        # every head that ran learns from every example it ran on (the path's leaf alone without side heads)
+        c_err = torch.stack([loss.sum() for loss in head_losses.values()]).sum() / size
         return {
-            "c_err": errors.mean(),
-            "c_cpt": (k_cpt * macs).mean(),
+            "c_err": c_err,
+            "c_cpt": c_cpt(k_cpt, self.leaf_cost[routed.leaf]).mean(),
             "c_ure": self.config.k_ure * torch.stack(squared).sum() / size,
             "c_mod": self.c_mod(self.batch_mean(reach)),
             "reach": reach,
@@ -211,6 +290,17 @@ class CriticLearner(SGDLearner):
             "accuracy": (routed.pred == labels).float().mean(),
             "mean_macs": macs.mean(),
         }
+
+    def before_evaluation(self, train: Split) -> None:
+        """Sampled execution: batch-norm statistics recomputed on :data:`CALIBRATION_IMAGES`
+        training images routed by the inference policy (see the module docstring)."""
+        if self.execution != "sampled":
+            return
+        generator = torch.Generator().manual_seed(self.config.seed)
+        pick = torch.randperm(len(train), generator=generator)[:CALIBRATION_IMAGES]
+        values = torch.tensor(self.k_cpt.values, dtype=self.dtype, device=self.device)
+        k_cpt = values.repeat(len(pick) // len(values) + 1)[: len(pick)] if self.k_cpt.dynamic else None
+        recalibrate(self.net, train.images[pick.to(train.images.device)].to(self.device), argmax_decide, k_cpt)
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         # accuracy and MACs in the report: expectations (full tree) or the sampled paths

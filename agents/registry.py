@@ -10,9 +10,11 @@ from routing_rl.agents.critic import CriticLearner
 from routing_rl.agents.static import StaticLearner
 from routing_rl.agents.threshold import ThresholdLearner
 from routing_rl.core.graph import RoutedNet
+from routing_rl.core.k_cpt import CostModel
 from routing_rl.envs.task import RoutingTask
 from routing_rl.nets.multiscale import build
 from routing_rl.nets.seeding import seeded_net
+from routing_rl.training.acceleration import accelerate
 from routing_rl.training.config import TrainConfig
 
 
@@ -26,17 +28,18 @@ def build_net(config: TrainConfig, task: RoutingTask | int, device: torch.device
                       config.seed, device)
 
 
-def make_learner(config: TrainConfig, task: RoutingTask | int, device: torch.device) -> Learner:
-    """A ready-to-train learner for ``config.agent`` (static, actor, critic,
+def make_learner(config: TrainConfig, task: RoutingTask | int, device: torch.device, cost: CostModel | None = None) -> Learner:
+    """A ready-to-train learner for ``config.agent`` (static, actor, pragmatic-critic,
     optimistic-critic, threshold) on a fresh net of ``task`` (or, given a class count, of
-    the paper's nets) on ``device``."""
+    the paper's nets) on ``device``, charging ``cost`` (None: MACs)."""
     learners = {
         "static": StaticLearner,
         "actor": ActorLearner,
-        "critic": CriticLearner,
-        "optimistic-critic": lambda net, config, device: CriticLearner(net, config, device, optimistic=True),
+        "pragmatic-critic": CriticLearner,
+        "optimistic-critic": lambda net, config, device, cost: CriticLearner(net, config, device, cost, optimistic=True),
         "threshold": ThresholdLearner,
     }
     if config.agent not in learners:
         raise ValueError(f"agent {config.agent!r} is not a gradient learner; choose one of {', '.join(learners)}")
-    return learners[config.agent](build_net(config, task, device), config, device)
+    net = accelerate(build_net(config, task, device), config.channels_last, config.compile)
+    return learners[config.agent](net, config, device, cost)

@@ -12,16 +12,25 @@ deterministic policy on the same observations the env gives.
 Mapping from :class:`~routing_rl.training.config.TrainConfig`:
 
 * ``agent`` dqn / ppo / a2c; DQN explores ε-greedily (``--policy eps-greedy``): SB3's linear
-  schedule from ε = 1 down to ``epsilon`` over the first 10 % of training; PPO and A2C
-  sample their own softmax policy.
-* ``iterations`` = environment steps (transitions); ``eval_every`` and ``checkpoint_every``
-  too. ``batch_size``, ``lr``, ``lr_half_life`` (in feature-optimiser steps), ``momentum``,
-  ``k_l2``, ``talr`` configure joint training (:class:`~routing_rl.envs.JointTraining`).
-* ``gamma = 1``: the undiscounted return of an episode is exactly ``-c_inf``.
+  schedule from ε = 1 down to ``epsilon`` over the first ``exploration_fraction`` of the
+  budget; PPO and A2C sample their own softmax policy. Exploration no longer decides which
+  heads learn: the env's joint training runs on the full tree by default
+  (``--execution full``; see :mod:`~routing_rl.envs.joint`), so ε = 1 at the start, which
+  reaches column k with probability 2^-k, costs the agent nothing but its own transitions.
+* The budget is the one every learner has: ``iterations`` optimiser steps of the feature
+  network, each on ``batch_size`` finished episodes — ``iterations × batch_size`` training
+  images, whatever the number of environment steps (transitions) their paths take.
+  ``learn()`` stops when it is spent (:class:`~routing_rl.agents.sb3_callbacks.ImageBudget`);
+  SB3's schedules (exploration, learning rates) run on the same clock, the fraction of it
+  spent; ``eval_every`` and ``checkpoint_every`` count iterations; TensorBoard's step axis
+  is the iteration, as for the paper's learners.
+* ``batch_size``, ``lr``, ``lr_half_life``, ``momentum``, ``k_l2``, ``talr`` configure joint
+  training (:class:`~routing_rl.envs.JointTraining`); ``gamma = 1``: the undiscounted return
+  of an episode is exactly ``-c_inf``.
+* ``n_envs`` examples in flight; ``sb3_kwargs``: keyword arguments for the SB3 algorithm over
+  :func:`sb3_kwargs`' choices for routing (documented there).
 * SB3's algorithms cannot mask actions, so the envs clip an action past a junction's last
   sink to the last one (``clip_actions``); on the chain every junction has 2 sinks anyway.
-* ``extra["n_envs"]`` examples in flight (default 64); ``extra["sb3"]``: keyword arguments
-  for the SB3 algorithm, over the defaults in :data:`SB3_DEFAULTS`.
 
 Saving: :class:`RoutingDQN` / :class:`RoutingPPO` / :class:`RoutingA2C` are SB3's classes
 whose zip also holds the feature network and its optimiser (``routed_net.pth``,
@@ -40,7 +49,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from routing_rl.agents.sb3_callbacks import TrainingCharts, Validation
+from routing_rl.agents.sb3_callbacks import (
+    EveryIterations,
+    ImageBudget,
+    IterationCheckpoint,
+    IterationLogger,
+    TrainingCharts,
+    Validation,
+)
 from routing_rl.envs.joint import FeatureTrainer, JointTraining
 from routing_rl.envs.observation import ObservationLayout
 from routing_rl.envs.image_task import ImageTask
@@ -48,17 +64,11 @@ from routing_rl.envs.sb3_vec_env import RoutingSB3VecEnv
 from routing_rl.envs.task import RoutingTask, task_from_env
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.callbacks import (
-    BaseCallback,
-    CallbackList,
-    CheckpointCallback,
-    EvalCallback,
-)
-from stable_baselines3.common.logger import configure
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, EvalCallback
 from stable_baselines3.common.vec_env import VecMonitor
 
 from routing_rl.training.config import SB3_AGENTS, TrainConfig
-from routing_rl.core.costs import K_CPT_VALUES
+from routing_rl.core.k_cpt import CostModel, eval_values
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import Decide, Junction
@@ -68,12 +78,12 @@ from routing_rl.nets.seeding import seeded_net
 from routing_rl.training.splits import training_splits
 
 SB3_DEFAULTS = {
-    "dqn": dict(learning_rate=1e-3, buffer_size=20_000, learning_starts=1_000, batch_size=128, train_freq=1,
-                target_update_interval=1_000, exploration_fraction=0.1, exploration_initial_eps=1.0),
-    "ppo": dict(learning_rate=3e-4, n_steps=32, n_epochs=4, ent_coef=0.01),
-    "a2c": dict(learning_rate=7e-4, n_steps=8, ent_coef=0.01),
+    "dqn": dict(learning_rate=5e-4, batch_size=256, train_freq=1, exploration_fraction=0.25,
+                exploration_initial_eps=1.0, policy_kwargs=dict(net_arch=[128, 128])),
+    "ppo": dict(learning_rate=3e-4, n_steps=16, n_epochs=4, ent_coef=0.01, policy_kwargs=dict(net_arch=[128, 128])),
+    "a2c": dict(learning_rate=7e-4, n_steps=8, ent_coef=0.01, policy_kwargs=dict(net_arch=[128, 128])),
 }
-"""Per-agent SB3 keyword arguments; ``config.extra["sb3"]`` overrides them."""
+"""Per-agent SB3 keyword arguments that do not depend on the budget; see :func:`sb3_kwargs`."""
 
 HISTORY_FILE = "sb3_history.json"
 CHECKPOINTS = "checkpoints"
@@ -89,7 +99,16 @@ class RoutedNetSaving:
         self.routed_net = routed_net
         self.feature_trainer = feature_trainer
         self.routing = routing  # JSON: agent, env, arch, width, classes, k_cpt, joint options
+        self.iterations: int | None = None  # the budget in feature-trainer steps, set by train_sb3
         super().__init__(*args, **kwargs)
+
+    def _update_current_progress_remaining(self, num_timesteps: int, total_timesteps: int) -> None:
+        """SB3's schedules run on the image budget when there is one: the share of
+        ``iterations`` not yet spent."""
+        if self.iterations is None:
+            super()._update_current_progress_remaining(num_timesteps, total_timesteps)
+        else:
+            self._current_progress_remaining = max(0.0, 1.0 - self.feature_trainer.updates / self.iterations)
 
     def _setup_model(self) -> None:
         super()._setup_model()
@@ -99,6 +118,9 @@ class RoutedNetSaving:
             self.routed_net = self._build_net()
         if self.feature_trainer is None:
             self.feature_trainer = FeatureTrainer(self.routed_net, JointTraining(**self.routing["joint"]))
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "iterations"]
 
     def _build_net(self) -> RoutedNet:
         """A net of the saved arch (its weights are loaded next): the task's, or the paper's
@@ -153,7 +175,7 @@ def sb3_decide(model: BaseAlgorithm, net: RoutedNet, k_cpt: float | None = None)
 class SB3Result:
     """A trained SB3 agent and the net it routes.
 
-    history: one entry per validation, ``{"iteration": env steps, "evaluations": [...]}``.
+    history: one entry per validation, ``{"iteration": iterations, "evaluations": [...]}``.
     k_cpts: the costs it is judged at (every paper value for a dynamic k_cpt).
     """
 
@@ -193,32 +215,53 @@ def load_sb3(path: str | Path, env: RoutingSB3VecEnv | None = None, device: str 
     return model, model.routed_net
 
 
-def _algorithm_kwargs(config: TrainConfig, n_envs: int) -> dict:
+def sb3_kwargs(config: TrainConfig, n_envs: int) -> dict:
+    """The SB3 algorithm's keyword arguments for ``config``, chosen for routing.
+
+    Every agent: ``gamma = 1`` and a 128-128 MLP (the observation is a 2,000-odd feature
+    descriptor). DQN: Adam at 5e-4, batches of 256 transitions, one update per vector step
+    with ``n_envs // 64`` gradient steps (one per 64 transitions, so each transition is
+    replayed about 4 times); ε from 1 to ``epsilon`` over the first quarter of the budget.
+    Its transition counts scale with the budget of ``images = iterations × batch_size`` (an
+    episode is 1-7 transitions on a chain): replay buffer ``images / 2`` (1,000 to 100,000:
+    features keep changing, so old transitions go stale), learning starts after
+    ``images / 100`` (64 to 5,000), the target network is copied every ``images / 50`` (64
+    to 10,000, at most once per vector step). PPO: rollouts of 16 steps per env, 4 epochs of
+    minibatches of a quarter of the rollout, entropy bonus 0.01; A2C: 8 steps, 0.01.
+    ``config.sb3_kwargs`` overrides any of them.
+    """
     kwargs = dict(SB3_DEFAULTS[config.agent], gamma=1.0)
+    images = config.iterations * config.batch_size
     if config.agent == "dqn":
-        kwargs.update(exploration_final_eps=config.epsilon, gradient_steps=max(1, n_envs // 16))
+        kwargs.update(exploration_final_eps=config.resolved_epsilon, gradient_steps=max(1, n_envs // 64),
+                      buffer_size=int(np.clip(images // 2, 1_000, 100_000)),
+                      learning_starts=int(np.clip(images // 100, 64, 5_000)),
+                      target_update_interval=max(n_envs, int(np.clip(images // 50, 64, 10_000))))
     if config.agent == "ppo":
-        n_steps = config.extra.get("sb3", {}).get("n_steps", kwargs["n_steps"])
+        n_steps = config.sb3_kwargs.get("n_steps", kwargs["n_steps"])
         kwargs["batch_size"] = max(1, n_steps * n_envs // 4)
-    kwargs.update(config.extra.get("sb3", {}))
+    kwargs.update(config.sb3_kwargs)
     return kwargs
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint zip with the most environment steps, if any."""
-    zips = list((Path(run_dir) / CHECKPOINTS).glob("*_steps.zip"))
+    """The checkpoint zip with the most iterations, if any."""
+    zips = list((Path(run_dir) / CHECKPOINTS).glob("*_iterations.zip"))
     return max(zips, key=lambda p: int(p.stem.split("_")[-2])) if zips else None
 
 
 def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: Path, device: torch.device,
-              callbacks: Sequence[BaseCallback] = (), resume: bool = False) -> SB3Result:
-    """Train ``config.agent`` (dqn, ppo or a2c) for ``config.iterations`` environment steps
-    on ``task`` (a dataset in memory: the paper's image task on it).
+              callbacks: Sequence[BaseCallback] = (), resume: bool = False,
+              cost: CostModel | None = None) -> SB3Result:
+    """Train ``config.agent`` (dqn, ppo or a2c) on ``task`` (a dataset in memory: the paper's
+    image task on it) with ``config.iterations × config.batch_size`` training images
+    (``config.iterations`` steps of the feature network).
 
     ``callbacks`` are extra SB3 callbacks. ``resume`` continues from the newest checkpoint in
     ``run_dir/checkpoints`` (policy, feature net and its optimiser; DQN's replay buffer
     starts empty again). Writes TensorBoard/CSV logs, checkpoints, ``best_model.zip`` (best
-    validation return) and ``model.zip`` into ``run_dir``.
+    validation return) and ``model.zip`` into ``run_dir``. The envs' rewards charge ``k_cpt ×
+    cost`` (None: the nodes' MACs).
     """
     env_id = config.env if isinstance(task, RoutingTask) else None  # a dataset in memory has no id to rebuild from
     task = task if isinstance(task, RoutingTask) else ImageTask(task)
@@ -228,10 +271,11 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     run_dir = Path(run_dir)
     torch.manual_seed(config.seed)
     train_part, validation, _ = training_splits(config, task.dataset())
-    n_envs = int(config.extra.get("n_envs", 64))
+    n_envs = config.n_envs
     net = task.make_net(config.arch, config.width, seed=config.seed, device=device)  # the agent reads k_cpt, not the routers
-    env_kwargs = dict(task=task, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost, clip_actions=True)
-    joint = JointTraining.from_config(config)
+    env_kwargs = dict(task=task, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost, clip_actions=True,
+                      cost=cost)
+    joint = JointTraining.from_config(config, execution=config.resolved_execution)
     env = VecMonitor(RoutingSB3VecEnv(n_envs, seed=config.seed, split=train_part, train=True, joint=joint, **env_kwargs))
     eval_env = VecMonitor(RoutingSB3VecEnv(min(n_envs, len(validation)), seed=config.seed + 1, split=validation,
                                            train=False, **env_kwargs))
@@ -247,32 +291,37 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     else:
         model = ALGORITHMS[config.agent]("MlpPolicy", env, routed_net=net, feature_trainer=env.unwrapped.trainer,
                                          routing=routing, seed=config.seed, device=device,
-                                         **_algorithm_kwargs(config, n_envs))
+                                         **sb3_kwargs(config, n_envs))
         history = []
-    model.set_logger(configure(str(run_dir), ["csv", "tensorboard"]))
+    trainer = env.unwrapped.trainer
+    model.iterations = config.iterations
+    model.set_logger(IterationLogger(str(run_dir), ["csv", "tensorboard"], lambda: trainer.updates))
 
-    k_cpts = list(K_CPT_VALUES) if config.dynamic_k_cpt else [float(config.k_cpt)]
+    k_cpts = eval_values(config.k_cpt)
     validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),
-                                     history_path, history, task)
-
-    def every(steps: int) -> int:  # SB3 callbacks count calls: one per n_envs environment steps
-        return max(1, steps // n_envs)
-
+                                     history_path, lambda: trainer.updates, history, task)
+    evaluation = EvalCallback(eval_env, n_eval_episodes=min(len(validation), 500), eval_freq=1,
+                              best_model_save_path=str(run_dir), log_path=str(run_dir),
+                              callback_after_eval=validation_callback, verbose=0)
     callback = CallbackList([
-        TrainingCharts(env.unwrapped.trainer),
-        EvalCallback(eval_env, n_eval_episodes=min(len(validation), 500), eval_freq=every(config.eval_every),
-                     best_model_save_path=str(run_dir), log_path=str(run_dir), callback_after_eval=validation_callback,
-                     verbose=0),
-        CheckpointCallback(every(config.checkpoint_every), str(run_dir / CHECKPOINTS), name_prefix=config.agent),
+        TrainingCharts(trainer),
+        EveryIterations(trainer, config.eval_every, evaluation),
+        EveryIterations(trainer, config.checkpoint_every,
+                        IterationCheckpoint(trainer, str(run_dir / CHECKPOINTS), config.agent)),
         *callbacks,
+        ImageBudget(trainer, config.iterations),
     ])
-    remaining = config.iterations - model.num_timesteps
+    # an upper bound on the environment steps of the budget (every path at its longest);
+    # ImageBudget ends learn() when the images are spent
+    bound = (config.iterations - trainer.updates) * config.batch_size * len(net.junctions) + n_envs
     try:
-        if remaining > 0:
+        if trainer.updates < config.iterations:
             log_interval = n_envs if config.agent == "dqn" else 1  # DQN counts episodes, PPO/A2C rollouts
-            model.learn(remaining, callback=callback, log_interval=log_interval, reset_num_timesteps=checkpoint is None)
+            model.learn(bound, callback=callback, log_interval=log_interval, reset_num_timesteps=checkpoint is None)
     except KeyboardInterrupt:
-        model.save(run_dir / CHECKPOINTS / f"{config.agent}_{model.num_timesteps}_steps.zip")
+        model.save(run_dir / CHECKPOINTS / f"{config.agent}_{trainer.updates}_iterations.zip")
         raise
+    finally:
+        model.logger.close()
     model.save(run_dir / MODEL_FILE)
     return SB3Result(model, net, validation_callback.history, k_cpts, task.classes, task.sources, task)

@@ -9,6 +9,14 @@
   shared evaluator (:func:`routing_rl.training.evaluate.evaluate`) on the validation split, routing by
   the agent, at every k_cpt the run is judged at. Logs ``charts/val_accuracy``,
   ``charts/val_mean_macs`` and ``routing/val_fraction/<leaf>`` and keeps a history.
+* :class:`EveryIterations` — runs its child callback each time the feature trainer completes
+  another ``every`` iterations (optimiser steps of ``batch_size`` finished episodes, i.e.
+  images), the clock every learner's schedule runs on.
+* :class:`IterationCheckpoint` — SB3's ``CheckpointCallback`` naming each zip by iteration,
+  ``{prefix}_{iteration}_iterations.zip``.
+* :class:`ImageBudget` — ends ``learn()`` once the feature trainer has taken ``iterations`` steps.
+* :class:`IterationLogger` — SB3's logger, writing every record at the iteration, so that
+  TensorBoard's step axis is the same for SB3 agents and the paper's learners.
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 from routing_rl.envs.joint import FeatureTrainer
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EventCallback
+from stable_baselines3.common.logger import Logger, make_output_format
 
 from routing_rl.training.checkpoint import atomic_write_text
 from routing_rl.data import Split
@@ -62,26 +71,83 @@ class Validation(BaseCallback):
 
     Args:
         decide: k_cpt -> the agent's routing ``decide`` at that cost.
+        clock: the current training iteration.
         history: entries ``{"iteration", "evaluations"}`` of an earlier part of the run.
         task: the routing task, whose memory episodes of frames carry.
     """
 
     def __init__(self, net: RoutedNet, validation: Split, k_cpts: list[float], decide: Callable[[float], Decide],
-                 path: Path, history: list[dict] | None = None, task=None):
+                 path: Path, clock: Callable[[], int], history: list[dict] | None = None, task=None):
         super().__init__()
         self.net, self.validation, self.k_cpts, self.decide, self.task = net, validation, k_cpts, decide, task
+        self.clock = clock
         self.path = Path(path)
         self.history = list(history or [])
 
     def _on_step(self) -> bool:
-        entry = {"iteration": self.num_timesteps, "evaluations": []}
+        entry = {"iteration": self.clock(), "evaluations": []}
         for k_cpt in self.k_cpts:
             result = evaluate(self.net, self.validation, k_cpt, self.decide(k_cpt), task=self.task)
             entry["evaluations"].append(result)
             suffix = "" if len(self.k_cpts) == 1 else f"_k{k_cpt:g}"
             for tag, value in evaluation_scalars(result, "val" + suffix).items():
                 self.logger.record(tag, value)
-        self.logger.dump(self.num_timesteps)  # EvalCallback has dumped already; tie these to this step
+        self.logger.dump()  # EvalCallback has dumped already; tie these to this iteration
         self.history.append(entry)
         atomic_write_text(self.path, json.dumps(self.history))
         return True
+
+
+class EveryIterations(EventCallback):
+    """Runs ``callback`` whenever ``trainer.updates`` passes another multiple of ``every``."""
+
+    def __init__(self, trainer: FeatureTrainer, every: int, callback: BaseCallback):
+        super().__init__(callback)
+        self.trainer, self.every = trainer, every
+        self.mark = 0
+
+    def _init_callback(self) -> None:
+        super()._init_callback()
+        self.mark = self.trainer.updates // self.every
+
+    def _on_step(self) -> bool:
+        mark = self.trainer.updates // self.every
+        if mark > self.mark:
+            self.mark = mark
+            return self._on_event()
+        return True
+
+
+class ImageBudget(BaseCallback):
+    """Stops ``learn()`` once ``trainer.updates`` reaches ``iterations``."""
+
+    def __init__(self, trainer: FeatureTrainer, iterations: int):
+        super().__init__()
+        self.trainer, self.iterations = trainer, iterations
+
+    def _on_step(self) -> bool:
+        return self.trainer.updates < self.iterations
+
+
+class IterationLogger(Logger):
+    """SB3's logger into ``folder`` (``formats`` as for ``configure``) whose every dump is
+    stepped by ``clock()``, whatever step SB3 passes."""
+
+    def __init__(self, folder: str, formats: list[str], clock: Callable[[], int]):
+        super().__init__(folder, [make_output_format(f, folder) for f in formats])
+        self.clock = clock
+
+    def dump(self, step: int = 0) -> None:
+        super().dump(self.clock())
+
+
+class IterationCheckpoint(CheckpointCallback):
+    """SB3's checkpoint callback; each zip is named by ``trainer.updates``."""
+
+    def __init__(self, trainer: FeatureTrainer, save_path: str, name_prefix: str):
+        super().__init__(1, save_path, name_prefix)
+        self.trainer = trainer
+
+    def _checkpoint_path(self, checkpoint_type: str = "", extension: str = "") -> str:
+        name = f"{self.name_prefix}_{checkpoint_type}{self.trainer.updates}_iterations.{extension}"
+        return str(Path(self.save_path) / name)

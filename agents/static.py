@@ -14,23 +14,24 @@ from routing_rl.training.sgd import check_error_cost, scalars
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet
+from routing_rl.core.k_cpt import CostModel, c_cpt as c_cpt_of
 
 
 class StaticLearner(SGDLearner):
     """Trains a net without junctions (``static-N``) on cross-entropy + c_mod."""
 
-    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device):
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None):
         if net.junctions:
             raise ValueError("the static learner trains nets without junctions; use --arch static-N")
         check_error_cost(config)
-        super().__init__(net, config, device)
+        super().__init__(net, config, device, cost)
         (self.leaf,) = net.leaves
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         logits = self.net(batch.images).logits[self.leaf]
         c_err = F.cross_entropy(logits, batch.labels)
         c_mod = self.c_mod()
-        c_cpt = self.sample_k_cpt(1)[0] * self.leaf_macs[0]  # constant: no routing to learn
+        c_cpt = c_cpt_of(self.sample_k_cpt(1)[0], self.leaf_cost[0])  # constant: no routing to learn
         lr = self.step(c_err + c_mod, iteration)
         return scalars({
             "losses/c_err": c_err,

@@ -5,12 +5,13 @@ One chain is trained with a head at every column and the cross-entropies of all 
 first head whose **maximum softmax probability** reaches that head's threshold; the last head
 takes everyone left.
 
-Thresholds are chosen on a validation split for a MAC budget, following MSDNet's
+Thresholds are chosen on a validation split for a cost budget (MACs, or MAC-equivalents under
+a measured-latency :class:`~routing_rl.core.k_cpt.CostModel`), following MSDNet's
 budgeted-batch protocol (Huang et al., 2018): for a parameter ``q`` the fraction of examples
 meant to exit at head ``k`` is ``q^k / Σ_i q^i``; walking down the chain, head ``k``'s threshold
 is set so that exactly that fraction of the validation split (among examples still present)
 exits there. ``q`` is then searched (bisection on ``log q``) for the most expensive
-thresholds whose mean validation MACs stay within the budget.
+thresholds whose mean validation cost stays within the budget.
 
 Costs are counted by the shared evaluator, like every other learner: the MACs of the path to
 the exit, which includes the routers on the way (unused here) but not the earlier heads the
@@ -32,6 +33,7 @@ from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
 from routing_rl.core.execution import Decide, Junction
 from routing_rl.core.graph import RoutedNet
+from routing_rl.core.k_cpt import CostModel
 
 LOG_Q_RANGE = (-20.0, 20.0)
 """Bisection range of log q: from (nearly) everyone at the first head to everyone at the last."""
@@ -39,9 +41,9 @@ BISECTION_STEPS = 50
 EVALUATION_BUDGETS = 3
 
 
-def geometric_fractions(q: float, stages: int) -> torch.Tensor:
+def geometric_fractions(q: float, heads: int) -> torch.Tensor:
     """``(K,)`` the share of examples meant to exit at each head: ``q^k``, normalised."""
-    log_shares = torch.arange(1, stages + 1, dtype=torch.float64) * math.log(q)
+    log_shares = torch.arange(1, heads + 1, dtype=torch.float64) * math.log(q)
     return torch.softmax(log_shares, 0)
 
 
@@ -53,11 +55,11 @@ def thresholds_for_fractions(confidence: torch.Tensor, fractions: torch.Tensor) 
     the next one, so that an example's exit does not hinge on rounding. Ties at a threshold
     all exit; a head where nobody should exit gets +inf.
     """
-    n, stages = confidence.shape
+    n, heads = confidence.shape
     remaining = torch.ones(n, dtype=torch.bool, device=confidence.device)
     out_by = torch.round(n * fractions.cumsum(0)).long().tolist()  # rounding the running total keeps the counts summing to n
     thresholds = []
-    for k in range(stages - 1):
+    for k in range(heads - 1):
         leaving = max(0, min(out_by[k] - (n - int(remaining.sum())), int(remaining.sum())))
         present = confidence[:, k].masked_fill(~remaining, -math.inf)
         if leaving == 0:
@@ -71,7 +73,7 @@ def thresholds_for_fractions(confidence: torch.Tensor, fractions: torch.Tensor) 
     return torch.tensor(thresholds, dtype=torch.float64)
 
 
-def exit_stages(confidence: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
+def exit_positions(confidence: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
     """``(N,)`` the head each example exits at: the first whose confidence reaches its threshold."""
     bar = torch.cat([thresholds.to(confidence), confidence.new_full((1,), -math.inf)])
     return (confidence >= bar).int().argmax(1)
@@ -81,16 +83,18 @@ class ThresholdLearner(SGDLearner):
     """Trains every head of a chain and exits early on confidence thresholds.
 
     The thresholds start at +inf (everyone runs to the last head) until
-    :meth:`fit_thresholds` sets them for a MAC budget; :meth:`decide` routes with the current
+    :meth:`fit_thresholds` sets them for a cost budget; :meth:`decide` routes with the current
     ones, :meth:`threshold_decide` with any.
     """
 
-    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device):
+    def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None):
         check_error_cost(config)
-        self.stages, self.exit_sink = _chain_stages(net)
-        super().__init__(net, config, device, regularise_routers=False)
-        self.stage_macs = net.leaf_macs[[net.leaf_index[leaf] for leaf in self.stages]].double()
-        self.position = {name: k for k, name in enumerate(net.junctions)}
+        self.chain_leaves, self.exit_sink = _chain_leaves(net)
+        super().__init__(net, config, device, cost, regularise_routers=False)
+        indices = [net.leaf_index[leaf] for leaf in self.chain_leaves]
+        self.chain_leaf_macs = net.leaf_macs[indices].double().cpu()
+        self.chain_leaf_cost = self.cost.leaf[indices]
+        self.junction_position = {name: k for k, name in enumerate(net.junctions)}
         self.thresholds = torch.full((len(net.junctions),), math.inf, dtype=torch.float64)
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
@@ -99,7 +103,7 @@ class ThresholdLearner(SGDLearner):
         c_err = errors.sum(1).mean()
         c_mod = self.c_mod()
         lr = self.step(c_err + c_mod, iteration)
-        last = out.logits[self.stages[-1]]
+        last = out.logits[self.chain_leaves[-1]]
         return scalars({
             "losses/c_err": c_err,
             "losses/c_mod": c_mod,
@@ -119,30 +123,29 @@ class ThresholdLearner(SGDLearner):
                 x = split.images[start : start + batch_size].to(self.device)
                 y = split.labels[start : start + batch_size].to(self.device)
                 out = self.net(x)
-                logits = torch.stack([out.logits[leaf] for leaf in self.stages], dim=1)
+                logits = torch.stack([out.logits[leaf] for leaf in self.chain_leaves], dim=1)
                 confidence.append(F.softmax(logits, -1).amax(-1).double().cpu())
                 correct.append((logits.argmax(-1) == y[:, None]).cpu())
         finally:
             self.net.train(was_training)
         return torch.cat(confidence), torch.cat(correct)
 
-    def fit_thresholds(self, validation: Split, mac_budget: float) -> torch.Tensor:
-        """Choose (and keep) thresholds whose mean MACs on ``validation`` stay within
-        ``mac_budget``; returns them ``(K-1,)``, one per junction in ``net.junctions``."""
-        (result,) = self.calibrate(validation, [mac_budget])
+    def fit_thresholds(self, validation: Split, budget: float) -> torch.Tensor:
+        """Choose (and keep) thresholds whose mean cost on ``validation`` stays within
+        ``budget``; returns them ``(K-1,)``, one per junction in ``net.junctions``."""
+        (result,) = self.calibrate(validation, [budget])
         self.thresholds = torch.tensor(result["thresholds"], dtype=torch.float64)
         return self.thresholds
 
     def calibrate(self, validation: Split, budgets: Sequence[float]) -> list[dict]:
-        """For each MAC budget: ``budget``, ``thresholds``, and the ``accuracy`` and
-        ``mean_macs`` they give on ``validation``. Does not change :attr:`thresholds`."""
+        """For each cost budget: ``budget``, ``thresholds``, and the ``accuracy``, ``mean_cost``
+        and ``mean_macs`` they give on ``validation``. Does not change :attr:`thresholds`."""
         confidence, correct = self.confidences(validation)
 
-        def outcome(log_q: float) -> tuple[torch.Tensor, float, float]:
-            thresholds = thresholds_for_fractions(confidence, geometric_fractions(math.exp(log_q), len(self.stages)))
-            stage = exit_stages(confidence, thresholds)
-            accuracy = correct.gather(1, stage[:, None]).double().mean()
-            return thresholds, float(accuracy), float(self.stage_macs.cpu()[stage].mean())
+        def outcome(log_q: float) -> tuple[torch.Tensor, torch.Tensor, float]:
+            thresholds = thresholds_for_fractions(confidence, geometric_fractions(math.exp(log_q), len(self.chain_leaves)))
+            position = exit_positions(confidence, thresholds)
+            return thresholds, position, float(self.chain_leaf_cost[position].mean())
 
         results = []
         for budget in budgets:
@@ -150,13 +153,15 @@ class ThresholdLearner(SGDLearner):
             for _ in range(BISECTION_STEPS):
                 middle = (low + high) / 2
                 low, high = (middle, high) if outcome(middle)[2] <= budget else (low, middle)
-            thresholds, accuracy, mean_macs = outcome(low)
-            results.append({"budget": float(budget), "thresholds": thresholds.tolist(), "accuracy": accuracy, "mean_macs": mean_macs})
+            thresholds, position, mean_cost = outcome(low)
+            results.append({"budget": float(budget), "thresholds": thresholds.tolist(),
+                            "accuracy": float(correct.gather(1, position[:, None]).double().mean()),
+                            "mean_cost": mean_cost, "mean_macs": float(self.chain_leaf_macs[position].mean())})
         return results
 
     def budget_grid(self, points: int = 8) -> list[float]:
-        """MAC budgets spaced geometrically from the first head's cost to the last's."""
-        low, high = float(self.stage_macs[0]), float(self.stage_macs[-1])
+        """Cost budgets spaced geometrically from the first head's cost to the last's."""
+        low, high = float(self.chain_leaf_cost[0]), float(self.chain_leaf_cost[-1])
         return torch.logspace(math.log10(low), math.log10(high), points, dtype=torch.float64).tolist()
 
     def threshold_decide(self, thresholds: torch.Tensor) -> Decide:
@@ -167,18 +172,19 @@ class ThresholdLearner(SGDLearner):
             exit_sink = self.exit_sink[junction.name]
             head = self.net.nodes[self.net.nodes[junction.name].sinks[exit_sink]]
             confidence = F.softmax(head(head.reads(junction.state)).state, 1).amax(1)
-            leave = confidence >= thresholds[self.position[junction.name]]
+            leave = confidence >= thresholds[self.junction_position[junction.name]]
             return torch.where(leave, exit_sink, 1 - exit_sink)
 
         return decide
 
     def evaluation_points(self, validation: Split) -> list[tuple[dict, float, Decide]]:
-        """Three MAC budgets between the first and the last head's cost, thresholds fitted on
-        ``validation`` for each: the baseline's accuracy/MAC curve."""
+        """Three cost budgets between the first and the last head's cost, thresholds fitted on
+        ``validation`` for each: the baseline's accuracy/cost curve."""
         points = []
         for budget in self.budget_grid(EVALUATION_BUDGETS + 2)[1:-1]:
             thresholds = self.fit_thresholds(validation, budget)
-            points.append(({"mac_budget": budget, "label": f"budget {budget:.3g} MACs"}, float(self.config.k_cpt),
+            fields = {"budget": budget, "budget_unit": self.cost.unit, "label": f"budget {budget:.3g} {self.cost.unit}"}
+            points.append((fields, float(self.config.k_cpt),
                            self.threshold_decide(thresholds)))
         return points
 
@@ -193,21 +199,21 @@ class ThresholdLearner(SGDLearner):
         self.thresholds = state["thresholds"].cpu()
 
 
-def _chain_stages(net: RoutedNet) -> tuple[list[str], dict[str, int]]:
+def _chain_leaves(net: RoutedNet) -> tuple[list[str], dict[str, int]]:
     """The heads of a chain in depth order, and each junction's exit sink number.
 
     A chain here: every junction has two sinks, one a leaf (its exit), and the deepest leaf's
     path passes through every junction.
     """
-    stages, exit_sink = [], {}
+    exits, exit_sink = [], {}
     for name in net.junctions:
         sinks = net.nodes[name].sinks
         leaves = [i for i, sink in enumerate(sinks) if net.nodes[sink].is_leaf]
         if len(sinks) != 2 or len(leaves) != 1:
             raise ValueError("threshold early exit needs a chain (each junction: exit or continue); use --arch chain")
         exit_sink[name] = leaves[0]
-        stages.append(sinks[leaves[0]])
-    last = [leaf for leaf in net.leaves if leaf not in stages]
+        exits.append(sinks[leaves[0]])
+    last = [leaf for leaf in net.leaves if leaf not in exits]
     if len(last) != 1 or [j for j, _ in net.path[last[0]]] != net.junctions:
         raise ValueError("threshold early exit needs a chain (each junction: exit or continue); use --arch chain")
-    return stages + last, exit_sink
+    return exits + last, exit_sink

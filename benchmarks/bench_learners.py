@@ -4,9 +4,20 @@
   the exact expectation over the 8 paths, c_mod, c_dec, TALR) / one static-8 step (8
   columns, one head, cross-entropy, c_mod). Target <= 1.3: the full evaluation computes
   little besides the static net's columns, and the expectation is a few small tensor ops.
+* ``sampled_critic_step_ratio`` — one step of the pragmatic critic with sampled decisions
+  (ε-greedy, side heads) on the chain / one static-8 step, with the chain's routers set as in
+  ``bench_execution`` (half the examples exit after column 1, a quarter after column 3, the
+  rest run to the end: about 7.7M MACs per image, near a trained k_cpt 4e-9 net). With
+  ``actor_step_ratio`` it puts the learners side by side, also as ``*_images_per_second``.
 * ``sampled_vs_full_step_ratio`` and ``sampled_vs_full_peak_memory_ratio`` — the pragmatic
   critic on the tree (47 columns; an example runs through at most 8), sampled decisions
   against the full tree. Targets: both < 1.
+* ``dqn_images_per_second`` and ``dqn_vs_static8_images_ratio`` — SB3's DQN on the chain
+  through the env (:class:`~routing_rl.envs.RoutingSB3VecEnv`, 256 examples in flight, the
+  default settings of :func:`~routing_rl.agents.sb3.sb3_kwargs`, learning from the first
+  step): training images per second, env stepping, DQN updates and the env's full-tree
+  joint training included, against static-8 steps of 128 images, in alternating chunks of
+  two iterations each.
 
 Steps are timed alternately (A, B, A, B, ...) and a ratio is the median of the ratios of
 neighbouring pairs, so that load from other processes falls on both sides alike. On the CPU
@@ -21,7 +32,15 @@ before them) minus its resident set before them — the high-water mark of the m
 steps added (activations kept for backward, gradients, momentum). (Not ``ru_maxrss``: on
 Linux a child process inherits its parent's peak through fork and exec.)
 
+* ``{static8,actor_chain}_{channels_last,compiled,channels_last_compiled}_speedup`` — eager
+  step time / step time with ``--channels-last``, ``--compile`` or both
+  (:mod:`routing_rl.training.acceleration`), timed in turns with the eager learner after
+  the first (compiling) steps, whose time is ``*_first_steps_seconds``. Target on the CPU:
+  >= 1.5 for both steps. ``*_paper_schedule_minutes``: the paper's 80,000 iterations at the
+  measured step time (target on one H100-class GPU: <= 5 minutes per net).
+
     python benchmarks/bench_learners.py            # prints the JSON result, on the CPU
+    python benchmarks/bench_learners.py --only-accelerated --device cuda --repeats 50
 """
 
 from __future__ import annotations
@@ -35,11 +54,16 @@ import time
 from pathlib import Path
 
 import torch
+from bench_execution import EXIT_FRACTIONS, set_exit_fractions
 from routing_rl.agents.registry import make_learner
+from routing_rl.agents.sb3 import ALGORITHMS, sb3_kwargs
+from routing_rl.agents.sb3_callbacks import ImageBudget
+from routing_rl.envs import JointTraining, RoutingSB3VecEnv
 from timing import sync
 
+from routing_rl.training.acceleration import compiler_missing
 from routing_rl.training.config import make_config
-from routing_rl.data import Split
+from routing_rl.data import RoutingDataset, Split
 
 BATCH_SIZE = 128
 CLASSES = 10
@@ -55,6 +79,50 @@ def _batch(device: torch.device, seed: int = 0) -> Split:
 
 def _learner(device: torch.device, **overrides):
     return make_learner(make_config("paper", **overrides), CLASSES, device)
+
+
+PAPER_ITERATIONS = 80_000
+ACCELERATED_CASES = {"static8": dict(agent="static", arch="static-8"), "actor_chain": dict(agent="actor", arch="chain")}
+ACCELERATIONS = {"channels_last": dict(channels_last=True), "compiled": dict(compile=True),
+                 "channels_last_compiled": dict(channels_last=True, compile=True)}
+
+
+class _Autocast:
+    """A learner whose steps run under bf16 autocast (a measurement, not an option: the
+    learners' results would change beyond float rounding)."""
+
+    def __init__(self, learner, device: torch.device):
+        self.learner, self.device = learner, device
+
+    def train_step(self, batch, iteration):
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            return self.learner.train_step(batch, iteration)
+
+
+def accelerated_comparison(device: torch.device, repeats: int = 7, modes: tuple[str, ...] | None = None) -> dict:
+    """Eager against ``--channels-last``, ``--compile``, both (and on CUDA bf16 autocast) for
+    static-8 and the actor chain, timed in turns after each learner's first (compiling) steps."""
+    if modes is None:
+        modes = tuple(m for m, o in ACCELERATIONS.items() if not o.get("compile") or compiler_missing(device) is None)
+        modes += ("bf16_autocast",) if device.type == "cuda" else ()
+    out = {}
+    for name, overrides in ACCELERATED_CASES.items():
+        learners = {"eager": _learner(device, **overrides)}
+        for mode in modes:
+            if mode == "bf16_autocast":
+                learners[mode] = _Autocast(_learner(device, **overrides), device)
+            else:
+                learners[mode] = _learner(device, **ACCELERATIONS[mode], **overrides)
+            start = time.perf_counter()
+            _alternating_step_seconds({mode: learners[mode]}, device, repeats=0, warmup=2)
+            out[f"{name}_{mode}_first_steps_seconds"] = time.perf_counter() - start
+        times = _alternating_step_seconds(learners, device, repeats)
+        for mode in learners:
+            out[f"{name}_{mode}_step_seconds"] = statistics.median(times[mode])
+            out[f"{name}_{mode}_paper_schedule_minutes"] = out[f"{name}_{mode}_step_seconds"] * PAPER_ITERATIONS / 60
+            if mode != "eager":
+                out[f"{name}_{mode}_speedup"] = _ratio(times, "eager", mode)
+    return out
 
 
 def _alternating_step_seconds(learners: dict, device: torch.device, repeats: int, warmup: int = 2) -> dict[str, list[float]]:
@@ -77,8 +145,8 @@ def _ratio(times: dict[str, list[float]], numerator: str, denominator: str) -> f
 
 
 CRITIC_MODES = {
-    "full": dict(agent="critic", arch="tree", execution="full"),
-    "sampled": dict(agent="critic", arch="tree", execution="sampled"),
+    "full": dict(agent="pragmatic-critic", arch="tree", execution="full"),
+    "sampled": dict(agent="pragmatic-critic", arch="tree", execution="sampled"),
 }
 
 
@@ -123,11 +191,19 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
     if device.type == "cpu":
         torch.set_num_threads(1)
     try:
+        critic = _learner(device, agent="pragmatic-critic", arch="chain", policy="eps-greedy")
+        set_exit_fractions(critic.net, _batch(device).images, EXIT_FRACTIONS)
         chain = _alternating_step_seconds(
-            {"static-8": _learner(device, agent="static", arch="static-8"), "actor": _learner(device, agent="actor", arch="chain")},
+            {
+                "static-8": _learner(device, agent="static", arch="static-8"),
+                "actor": _learner(device, agent="actor", arch="chain"),
+                "sampled-critic": critic,
+            },
             device, repeats,
         )
         tree = _alternating_step_seconds({mode: _learner(device, **o) for mode, o in CRITIC_MODES.items()}, device, tree_repeats)
+        accelerated = accelerated_comparison(device, repeats)
+        agents = sb3_throughput(device, tree_repeats)
         step_threads = torch.get_num_threads()
     finally:
         torch.set_num_threads(threads)
@@ -139,6 +215,9 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
         "static8_step_seconds": statistics.median(chain["static-8"]),
         "actor_chain_step_seconds": statistics.median(chain["actor"]),
         "actor_step_ratio": _ratio(chain, "actor", "static-8"),
+        "sampled_critic_chain_step_seconds": statistics.median(chain["sampled-critic"]),
+        "sampled_critic_step_ratio": _ratio(chain, "sampled-critic", "static-8"),
+        **{f"{name.replace('-', '_')}_images_per_second": BATCH_SIZE / statistics.median(seconds) for name, seconds in chain.items()},
         "critic_tree_full_step_seconds": statistics.median(tree["full"]),
         "critic_tree_sampled_step_seconds": statistics.median(tree["sampled"]),
         "sampled_vs_full_step_ratio": _ratio(tree, "sampled", "full"),
@@ -146,7 +225,53 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
         "critic_tree_sampled_peak_bytes": memory["sampled"]["peak_bytes"],
         "sampled_vs_full_peak_memory_ratio": memory["sampled"]["peak_bytes"] / memory["full"]["peak_bytes"],
         "peak_memory_method": memory["full"]["method"],
-        "targets": "actor_step_ratio <= 1.3; sampled_vs_full_step_ratio < 1; sampled_vs_full_peak_memory_ratio < 1",
+        **accelerated,
+        **agents,
+        "compile_skipped": compiler_missing(device),
+        "targets": "actor_step_ratio <= 1.3; sampled_vs_full_step_ratio < 1; sampled_vs_full_peak_memory_ratio < 1; "
+                   "static8 and actor_chain *_speedup >= 1.5 (CPU)",
+    }
+
+
+def _dqn(device: torch.device):
+    """A DQN learning on random images through the env, and its feature trainer."""
+    generator = torch.Generator().manual_seed(1)
+    images = torch.rand(4 * BATCH_SIZE, 3, 32, 32, generator=generator)
+    split = Split(images, torch.randint(0, CLASSES, (len(images),), generator=generator),
+                  torch.randint(0, 2, (len(images),), generator=generator))
+    dataset = RoutingDataset("random", tuple(str(c) for c in range(CLASSES)), split, split, {})
+    config = make_config("paper", agent="dqn", sb3_kwargs={"learning_starts": 0})
+    env = RoutingSB3VecEnv(config.n_envs, seed=0, dataset=dataset, train=True, device=device,
+                        joint=JointTraining.from_config(config, execution=config.resolved_execution))
+    model = ALGORITHMS["dqn"]("MlpPolicy", env, routed_net=env.net, feature_trainer=env.trainer, routing={},
+                              seed=0, device=device, **sb3_kwargs(config, config.n_envs))
+    return model, env.trainer
+
+
+def sb3_throughput(device: torch.device, repeats: int, chunk: int = 2) -> dict:
+    """Training images per second of DQN through the env and of static-8 steps, in turns."""
+    model, trainer = _dqn(device)
+    static8 = _learner(device, agent="static", arch="static-8")
+    batch = _batch(device)
+    rates: dict[str, list[float]] = {"dqn": [], "static-8": []}
+    for repeat in range(repeats + 1):
+        sync(device)
+        start = time.perf_counter()
+        goal = trainer.updates + chunk
+        model.learn(10**9, callback=ImageBudget(trainer, goal), reset_num_timesteps=False)
+        sync(device)
+        dqn = chunk * BATCH_SIZE / (time.perf_counter() - start)
+        start = time.perf_counter()
+        for iteration in range(chunk):
+            static8.train_step(batch, iteration)
+        sync(device)
+        if repeat:  # the first chunk pays for warm-up
+            rates["dqn"].append(dqn)
+            rates["static-8"].append(chunk * BATCH_SIZE / (time.perf_counter() - start))
+    return {
+        "dqn_images_per_second": statistics.median(rates["dqn"]),
+        "static8_images_per_second": statistics.median(rates["static-8"]),
+        "dqn_vs_static8_images_ratio": statistics.median(a / b for a, b in zip(rates["dqn"], rates["static-8"])),
     }
 
 
@@ -154,9 +279,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--memory-probe", choices=sorted(CRITIC_MODES), help=argparse.SUPPRESS)
+    parser.add_argument("--only-accelerated", action="store_true", help="only eager against --channels-last/--compile, current threads")
+    parser.add_argument("--repeats", type=int, default=7, help="timed steps per learner (default: 7)")
+    parser.add_argument("--modes", nargs="+", choices=[*ACCELERATIONS, "bf16_autocast"], help="with --only-accelerated: these only")
     args = parser.parse_args()
     device = torch.device(args.device)
-    result = memory_probe(args.memory_probe, device) if args.memory_probe else run(device)
+    if args.memory_probe:
+        result = memory_probe(args.memory_probe, device)
+    elif args.only_accelerated:
+        result = {"device": str(device), "threads": torch.get_num_threads(), **accelerated_comparison(device, args.repeats, args.modes and tuple(args.modes))}
+    else:
+        result = run(device, args.repeats)
     print(json.dumps(result, indent=None if args.memory_probe else 1))
 
 

@@ -14,6 +14,8 @@ arch, width: the net to build (one of the task's ``archs``; default: its first),
 seed: initialises a built net's weights (default 0): equal seeds, equal nets.
 k_cpt: cost per MAC, or ``"dynamic"`` (one of ``K_CPT_VALUES`` per episode, observed).
 error_cost: ``cross_entropy`` (default) or ``zero_one``: the c_err in the leaf's reward.
+cost: a :class:`~routing_rl.core.k_cpt.CostModel` of the net (e.g. measured latency) that the
+    reward charges ``k_cpt ×``; default the nodes' MACs.
 clip_actions: an action past the current junction's last sink takes the last sink, for
     agents that cannot mask actions (DQN on the tree); off (the default), it raises.
 train: joint training of the feature network on the agent's paths (see
@@ -31,7 +33,8 @@ from routing_rl.envs.registration import IMAGE_TASK, NetShare
 from routing_rl.envs.task import RoutingTask, TaskFactory, make_task
 from routing_rl.envs.traffic import Traffic
 
-from routing_rl.core.costs import ERROR_COSTS, check_k_cpt
+from routing_rl.core.costs import ERROR_COSTS
+from routing_rl.core.k_cpt import CostModel, check_k_cpt
 from routing_rl.core.graph import RoutedNet
 from routing_rl.data import Split
 
@@ -49,14 +52,14 @@ def make_traffic(
     joint: JointTraining | None = None,
     net: RoutedNet | None = None,
     device: str | torch.device = "cpu",
+    cost: CostModel | None = None,
     seed: int = 0,
     share: NetShare | None = None,
     **task_kwargs,
 ) -> Traffic:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"the number of examples in flight must be a positive integer, got {n!r}")
-    if k_cpt != "dynamic":
-        k_cpt = check_k_cpt(k_cpt)
+    k_cpt = check_k_cpt(k_cpt)
     if error_cost not in ERROR_COSTS:
         raise ValueError(f"unknown error cost {error_cost!r}; choose one of {', '.join(ERROR_COSTS)}")
     if task is None:
@@ -84,4 +87,4 @@ def make_traffic(
         trainer = FeatureTrainer(net, joint or JointTraining())
     if share is not None and share.net is None:
         share.net, share.trainer = net, trainer
-    return Traffic(task, net, split, n, layout, k_cpt, error_cost, trainer, training=bool(train))
+    return Traffic(task, net, split, n, layout, k_cpt, error_cost, trainer, training=bool(train), cost=cost)

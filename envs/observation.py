@@ -28,9 +28,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from routing_rl.core.costs import K_CPT_VALUES
 from routing_rl.core.graph import RoutedNet
-from routing_rl.nets.router import K_CPT_SCALE
+from routing_rl.core.k_cpt import K_CPT_VALUES, router_input
 
 DESCRIPTOR_BOUND = 1e6
 
@@ -110,7 +109,7 @@ class ObservationLayout:
         high = np.ones(self.size, dtype=np.float32)
         low[: self.descriptor_size], high[: self.descriptor_size] = -DESCRIPTOR_BOUND, DESCRIPTOR_BOUND
         if dynamic_k_cpt:
-            high[-1] = max(K_CPT_VALUES) * K_CPT_SCALE
+            high[-1] = router_input(max(K_CPT_VALUES))
         self.observation_space = spaces.Box(low, high, dtype=np.float32)
         self.action_space = spaces.Discrete(int(self.n_sinks.max()))
 
@@ -155,7 +154,7 @@ class ObservationLayout:
         """``(b, size)`` observations at a leaf: zeros, but for the k_cpt entry when dynamic."""
         out = np.zeros((len(k_cpt), self.size), dtype=np.float32)
         if self.dynamic_k_cpt:
-            out[:, -1] = k_cpt * K_CPT_SCALE
+            out[:, -1] = router_input(k_cpt)
         return out
 
     def observe(self, junction: str, descriptor: torch.Tensor, k_cpt) -> np.ndarray:
@@ -166,5 +165,5 @@ class ObservationLayout:
         if self.dynamic_k_cpt:
             if k_cpt is None:
                 raise ValueError("observations with a dynamic k_cpt need the examples' k_cpt")
-            out[:, -1] = torch.as_tensor(k_cpt, dtype=torch.float32, device=out.device) * K_CPT_SCALE
+            out[:, -1] = router_input(torch.as_tensor(k_cpt, dtype=torch.float32, device=out.device))
         return out.cpu().numpy()

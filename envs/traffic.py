@@ -10,19 +10,22 @@ leaf. The single-example env is ``n = 1``; the vector envs are ``n = N``.
 
 Execution is always in eval mode and without gradients: an example's observation depends
 on the example and the weights, never on which other examples share its group. Training
-(:mod:`~routing_rl.envs.joint`) happens apart, on replays of finished paths.
+(:mod:`~routing_rl.envs.joint`) happens apart, on finished episodes, and leaves the
+batch-norm statistics of the weights it just stepped, so the rewards charged here are the
+costs of the network being trained.
 
-Costs: a slot is charged ``k_cpt × MACs`` for every node it runs through (transform and
-router, as :attr:`RoutedNet.leaf_macs` counts them; the agent stands in for the router but
-the paper's cost includes it), in the reward of the step that computed it. The nodes from
+Costs: a slot is charged ``k_cpt × cost`` for every node it runs through (transform and
+router, the cost in MACs as :attr:`RoutedNet.leaf_macs` counts them, or measured
+MAC-equivalents, :class:`~routing_rl.core.k_cpt.CostModel`; the agent stands in for the router
+but the paper's cost includes it), in the reward of the step that computed it. The nodes from
 the root to the first junction run at reset, which has no reward, so they are charged in
 the episode's first step. At the leaf the reward also carries ``-c_err``. An episode's
-rewards therefore sum to ``-(k_cpt × path MACs + c_err)``, the paper's ``-c_inf``.
+rewards therefore sum to ``-(k_cpt × path cost + c_err)``, the paper's ``-c_inf``.
 
 Episodes of ``T`` frames: when a frame reaches a leaf before the last one, the task's memory
 is carried (:meth:`RoutingTask.carry`) and :meth:`Traffic.refill` runs the next frame to its
-first junction in the same slot; its MACs are charged in the next step, like a first
-frame's. Such an episode's rewards sum to ``-Σ_frames (k_cpt × MACs + c_err)``.
+first junction in the same slot; its cost is charged in the next step, like a first
+frame's. Such an episode's rewards sum to ``-Σ_frames (k_cpt × path cost + c_err)``.
 """
 
 from __future__ import annotations
@@ -34,10 +37,10 @@ import torch
 from routing_rl.envs.joint import FeatureTrainer
 from routing_rl.envs.observation import ObservationLayout, check_actions
 
-from routing_rl.core.costs import K_CPT_VALUES
+from routing_rl.core.costs import error_cost
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet, State, take
-from routing_rl.nets.router import K_CPT_SCALE
+from routing_rl.core.k_cpt import CostModel, KCpt, c_cpt, router_input
 
 
 @dataclass
@@ -85,10 +88,11 @@ class Traffic:
         error_cost: ``cross_entropy`` or ``zero_one`` (the reward's c_err).
         trainer: trains the net on finished paths while :attr:`training` is on.
         training: joint training (and augmentation, if the trainer's options ask) on or off.
+        cost: what each node's computation costs; None: its MACs.
     """
 
     def __init__(self, task, net: RoutedNet, split: Split, n: int, layout: ObservationLayout, k_cpt,
-                 error_cost: str, trainer: FeatureTrainer, training: bool):
+                 error_cost: str, trainer: FeatureTrainer, training: bool, cost: CostModel | None = None):
         self.task = task
         self.source_names = np.array(task.sources, dtype=object)
         self.net = net
@@ -99,17 +103,20 @@ class Traffic:
         self.n = n
         self.layout = layout
         self.k_cpt_setting = k_cpt
-        self.k_cpt_values = np.array(K_CPT_VALUES if k_cpt == "dynamic" else (float(k_cpt),))
+        self.k_cpt_model = KCpt(k_cpt)
         self.error_cost = error_cost
         self.trainer = trainer
         self.training = training
         self.node_macs = {name: net.macs[name] + net.router_macs[name] for name in net.order}
+        self.cost_model = cost or CostModel.macs(net)
+        self.node_cost = self.cost_model.node
         self.example = np.zeros(n, dtype=np.int64)
         self.frame = np.zeros(n, dtype=np.int64)  # position in the episode's sequence
         self.memory = None  # (n, ...) the task's carried state, once an episode made one
         self.k_cpt = np.zeros(n)
         self.macs = np.zeros(n, dtype=np.int64)  # MACs so far in each slot's episode
-        self.paid = np.zeros(n, dtype=np.int64)  # of which already charged in rewards
+        self.spent = np.zeros(n)  # cost so far in each slot's episode
+        self.paid = np.zeros(n)  # of which already charged in rewards
         self.decisions = np.full((n, len(layout.junctions)), -1, dtype=np.int64)
         self.images = torch.zeros(n, *net.input_shape, dtype=split.images.dtype, device=self.device)  # for replays
         self.waiting: dict[str, Group] = {}
@@ -118,7 +125,7 @@ class Traffic:
     def with_slots(self, n: int) -> Traffic:
         """Another traffic of ``n`` slots on the same task, net, split, costs and trainer."""
         return Traffic(self.task, self.net, self.split, n, self.layout, self.k_cpt_setting, self.error_cost,
-                       self.trainer, self.training)
+                       self.trainer, self.training, self.cost_model)
 
     @property
     def label(self) -> np.ndarray:
@@ -151,8 +158,9 @@ class Traffic:
         """Draw new episodes for ``slots``: their inputs, costs and empty counters."""
         self.example[slots] = rng.integers(len(self.split), size=len(slots))
         self.frame[slots] = 0
-        self.k_cpt[slots] = rng.choice(self.k_cpt_values, size=len(slots))
+        self.k_cpt[slots] = self.k_cpt_model.sample_numpy(len(slots), rng)
         self.macs[slots] = 0
+        self.spent[slots] = 0
         self.paid[slots] = 0
 
     def refill(self, finished: Finished, rng: np.random.Generator) -> None:
@@ -230,9 +238,9 @@ class Traffic:
         return self.layout.masks(at)
 
     def charge(self, finished: Finished) -> np.ndarray:
-        """``(n,)`` rewards for the MACs computed since the last charge, and ``-c_err`` at leaves."""
-        reward = -self.k_cpt * (self.macs - self.paid)
-        self.paid[:] = self.macs
+        """``(n,)`` rewards for the computation since the last charge, and ``-c_err`` at leaves."""
+        reward = -c_cpt(self.k_cpt, self.spent - self.paid)
+        self.paid[:] = self.spent
         reward[finished.slots] -= finished.c_err
         return reward
 
@@ -243,7 +251,7 @@ class Traffic:
             self.layout.write(out, torch.from_numpy(group.slots).to(self.device), name, group.descriptor)
         out = out.cpu().numpy()
         if self.layout.dynamic_k_cpt:
-            out[:, -1] = self.k_cpt * K_CPT_SCALE
+            out[:, -1] = router_input(self.k_cpt)
         return out
 
     def infos(self, finished: Finished) -> list[dict]:
@@ -276,6 +284,7 @@ class Traffic:
             node = self.net.nodes[name]
             state = node.transform(inputs)
             self.macs[slots] += self.node_macs[name]
+            self.spent[slots] += self.node_cost[name]
             if node.is_leaf:
                 finished.append(self._leaf(name, slots, state))
             elif node.is_junction:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The reproduction table of issue 4: static nets 1..8, actor chains at three k_cpt, a
-# dynamic-k_cpt actor, pragmatic and optimistic critics, and the confidence-threshold
-# baseline, all on hybrid with one preset and seed; then figures/<logdir>/report.md.
+# The reproduction table of issues 4 and 10: static nets 1..8, actor chains at three k_cpt, a
+# dynamic-k_cpt actor, pragmatic and optimistic critics (eps-greedy sampled, and the paper's softmax
+# full tree), the confidence-threshold baseline at its validation-chosen lr, and three seeds of
+# actor, critic and static-5, all on hybrid with one preset; then figures/<logdir>/report.md.
 #
 #   bash experiments/reproduce_hybrid.sh [LOGDIR] [PRESET]      (defaults: runs/repro cpu-small)
 #
@@ -44,9 +45,33 @@ run actor-k1.6e-8 --agent actor --k-cpt 1.6e-8
 run actor-k0 --agent actor --k-cpt 0
 for n in 4 5 6 7; do run "static-$n" --agent static --arch "static-$n" --lr "$LR"; done
 run actor-dynamic --agent actor --k-cpt dynamic
-run critic-k4e-9 --agent critic --policy eps-greedy --k-cpt 4e-9
+# the critics as the user runs them: eps-greedy, sampled decisions (the defaults for eps-greedy)
+run pragmatic-critic-k4e-9 --agent pragmatic-critic --policy eps-greedy --k-cpt 4e-9
+run pragmatic-critic-k1.6e-8 --agent pragmatic-critic --policy eps-greedy --k-cpt 1.6e-8
 run optimistic-critic-k4e-9 --agent optimistic-critic --policy eps-greedy --k-cpt 4e-9
-run threshold --agent threshold
+# the paper's own critic configuration: softmax tau 0.1 on the full tree; and the 0/1-error utility
+run pragmatic-critic-softmax-k4e-9 --agent pragmatic-critic --policy softmax --tau 0.1 --execution full --k-cpt 4e-9
+run optimistic-critic-softmax-k4e-9 --agent optimistic-critic --policy softmax --tau 0.1 --execution full --k-cpt 4e-9
+run pragmatic-critic-softmax-01-k4e-9 --agent pragmatic-critic --policy softmax --tau 0.1 --execution full \
+  --utility-error zero_one --k-cpt 4e-9
 
-python experiments/figures.py $(ls -d "$LOGDIR"/*/ | grep -v /lrsel-) --out "figures/$(basename "$LOGDIR")" --title "hybrid, $PRESET"
+# the confidence-threshold baseline at the learning rate its own validation split prefers
+for lr in 0.1 0.05 0.02 0.01; do run "threshold-lr$lr" --agent threshold --lr "$lr"; done
+THRESHOLD=$(python - "$LOGDIR" <<'PY'
+import glob, json, sys
+best = max((json.load(open(p))["history"][-1]["evaluations"][0]["accuracy"], p.split("/")[-2])
+           for p in glob.glob(f"{sys.argv[1]}/threshold-lr*/metrics.json"))
+print(best[1])
+PY
+)
+echo "threshold learning rate chosen on validation: $THRESHOLD"
+
+# three seeds where the README compares means
+for seed in 1 2; do
+  run "actor-k4e-9-s$seed" --agent actor --k-cpt 4e-9 --seed "$seed"
+  run "pragmatic-critic-k4e-9-s$seed" --agent pragmatic-critic --policy eps-greedy --k-cpt 4e-9 --seed "$seed"
+  run "static-5-s$seed" --agent static --arch static-5 --lr "$LR" --seed "$seed"
+done
+
+python experiments/figures.py $(ls -d "$LOGDIR"/*/ | grep -v -e /lrsel- -e '-s[12]/$' -e /threshold-lr) "$LOGDIR/$THRESHOLD" --out "figures/$(basename "$LOGDIR")" --title "hybrid, $PRESET"
 cat "figures/$(basename "$LOGDIR")/report.md"

@@ -30,9 +30,8 @@ def main() -> int:
     args = parser.parse_args()
     retain_freed_memory()
     try:
-        k_cpts = [k if k == "dynamic" else float(k) for k in args.k_cpts]
         configs = sweep_configs(
-            args.agents, k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset, static_lr=args.static_lr,
+            args.agents, args.k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset, static_lr=args.static_lr,
             env=args.env, dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir,
         )
         run_dirs = run_sweep(configs)

@@ -6,7 +6,7 @@ from helpers import vector_tree
 from routing_rl.agents.actor import ActorLearner
 from routing_rl.core.paths import Paths
 from routing_rl.training.config import make_config
-from routing_rl.core.costs import K_CPT_VALUES
+from routing_rl.core.k_cpt import K_CPT_VALUES
 from routing_rl.data import Split
 from routing_rl.core.execution import dynamic
 

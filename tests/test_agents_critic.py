@@ -5,6 +5,7 @@ from torch import nn
 
 from routing_rl.agents.critic import CriticLearner, full_targets, sampled_targets
 from routing_rl.training.config import make_config
+from routing_rl.training.sgd import training_policy
 from routing_rl.data import Split
 from routing_rl.core.execution import argmax_decide, dynamic, route
 from routing_rl.core.graph import FullOutput, Node, RoutedNet
@@ -73,10 +74,39 @@ def test_sampled_targets_bootstrap_where_the_path_leaves_the_argmax(optimistic):
     errors = torch.tensor([0.5, 0.2, 0.9])
     u = sampled_targets(net, routed, errors, torch.zeros(3), optimistic)
     assert routed.visits["fork"].tolist() == [1, 2]
-    torch.testing.assert_close(u["fork"], torch.tensor([-0.2, -0.9]))
+    assert u["fork"][1].tolist() == [[True, False], [False, True]], "only the taken sink is observed"
+    torch.testing.assert_close(u["fork"][0][u["fork"][1]], torch.tensor([-0.2, -0.9]))
     # example 1: observed 0.2 below fork; example 2: pragmatic bootstraps argmax leaf1's
     # estimate (0.3), optimistic takes min(observed 0.9, estimated 0.3)
-    torch.testing.assert_close(u["root"], torch.tensor([-0.5, -0.2, -0.3]))
+    torch.testing.assert_close(u["root"][0][u["root"][1]], torch.tensor([-0.5, -0.2, -0.3]))
+
+
+@pytest.mark.parametrize("optimistic", [False, True])
+def test_side_heads_observe_every_exit_on_the_path(optimistic):
+    net = three_leaf_tree()
+    with torch.no_grad():
+        net.nodes["fork"].router.layers[-1].bias.copy_(torch.tensor([-0.3, -0.7]))
+    x = torch.rand(3, 2)
+    decisions = {"root": [0, 1, 1], "fork": [None, 0, 1]}
+    routed = route(net.eval(), x, lambda at: torch.tensor([decisions[at.name][i] for i in at.index.tolist()]), side_heads=True)
+    plain = routed_along(net, x, decisions)
+    torch.testing.assert_close(routed.logits, plain.logits)
+    assert routed.leaf.tolist() == plain.leaf.tolist() and routed.macs.tolist() == plain.macs.tolist()
+    full = net(x)
+    for leaf, examples in {"leaf0": [0, 1, 2], "leaf1": [1, 2], "leaf2": [1, 2]}.items():
+        index, logits = routed.heads[leaf]
+        assert index.tolist() == examples, f"{leaf} runs on every example at its junction"
+        torch.testing.assert_close(logits, full.logits[leaf][index])
+    errors = torch.tensor([0.5, 0.2, 0.9])  # at each example's own leaf
+    head_errors = {"leaf0": torch.tensor([0.5, 0.6, 0.7]), "leaf1": torch.tensor([0.2, 0.4]), "leaf2": torch.tensor([0.8, 0.9])}
+    targets, observed = sampled_targets(net, routed, errors, torch.zeros(3), optimistic, head_errors)["fork"]
+    assert observed.all(), "both of fork's sinks are heads, so both are observed"
+    torch.testing.assert_close(targets, -torch.tensor([[0.2, 0.8], [0.4, 0.9]]))
+    targets, observed = sampled_targets(net, routed, errors, torch.zeros(3), optimistic, head_errors)["root"]
+    assert observed.tolist() == [[True, False], [True, True], [True, True]]
+    # below fork: pragmatic follows fork's argmax (leaf1: 0.2, 0.4); optimistic the best, leaf1 too
+    torch.testing.assert_close(targets[1:], -torch.tensor([[0.6, 0.2], [0.7, 0.4]]))
+    assert targets[0, 0].item() == pytest.approx(-0.5)
 
 
 def test_sampled_targets_equal_the_exact_ones_on_argmax_paths():
@@ -93,9 +123,15 @@ def test_sampled_targets_equal_the_exact_ones_on_argmax_paths():
     routed = route(net, x, argmax_decide)
     sampled = sampled_targets(net, routed, errors.gather(1, routed.leaf[:, None]).squeeze(1), k, optimistic=False)
     assert len(sampled) == 2
-    for j, u in sampled.items():
+    for j, (u, observed) in sampled.items():
         index = routed.visits[j]
-        torch.testing.assert_close(u, exact[j][index].gather(1, routed.decisions[j][:, None]).squeeze(1))
+        assert (observed.sum(1) == 1).all()
+        torch.testing.assert_close(u[observed], exact[j][index].gather(1, routed.decisions[j][:, None]).squeeze(1))
+    routed = route(net, x, argmax_decide, side_heads=True)
+    head_errors = {leaf: errors[index, net.leaf_index[leaf]] for leaf, (index, _) in routed.heads.items()}
+    sampled = sampled_targets(net, routed, errors.gather(1, routed.leaf[:, None]).squeeze(1), k, False, head_errors)
+    for j, (u, observed) in sampled.items():
+        torch.testing.assert_close(u[observed], exact[j][routed.visits[j]][observed])
 
 
 def data(n=16, seed=0, features=6):
@@ -123,7 +159,8 @@ def test_zero_one_utility_uses_classification_error():
     assert set(torch.unique(targets["fork"]).tolist()) <= {0.0, -1.0}
 
 
-def test_sampled_mode_computes_only_the_sampled_path():
+@pytest.mark.parametrize("side_heads", [False, True])
+def test_sampled_mode_computes_only_the_sampled_path(side_heads):
     net = chain(classes=3)
     seen: dict[str, int] = {}
 
@@ -135,14 +172,19 @@ def test_sampled_mode_computes_only_the_sampled_path():
 
     for name in net.order:
         net.nodes[name].register_forward_hook(count(name))
-    config = make_config("smoke", agent="critic", policy="eps-greedy", epsilon=1.0)
+    config = make_config("smoke", agent="critic", policy="eps-greedy", epsilon=1.0, side_heads=side_heads)
     assert config.resolved_execution == "sampled"
     learner = CriticLearner(net, config, CPU)
     x = torch.rand(8, 3, 32, 32)
     stats = learner.train_step(Split(x, torch.randint(0, 3, (8,)), torch.zeros(8, dtype=torch.long)), 0)
     assert seen["col1"] == 8
-    assert sum(seen.get(leaf, 0) for leaf in net.leaves) == 8, "each example reaches exactly one head"
-    assert sum(seen.values()) < 8 * len(net.order) / 2
+    heads_run = sum(seen.get(leaf, 0) for leaf in net.leaves)
+    if side_heads:  # every example at a column's junction runs that column's exit head
+        assert heads_run == sum(seen.get(f"col{k}", 0) for k in range(1, 9))
+        assert all(net.nodes[f"exit{k}"].transform.linear.weight.grad is not None for k in range(1, 9) if f"col{k}" in seen)
+    else:
+        assert heads_run == 8, "each example reaches exactly one head"
+    assert sum(seen.get(f"col{k}", 0) for k in range(1, 9)) < 8 * 8 / 2
     for name in net.order:
         grads = [p.grad for p in net.nodes[name].parameters() if p.grad is not None]
         if name not in seen:  # only c_mod reaches it, weighted by the 0 examples through it
@@ -162,3 +204,46 @@ def test_critic_learns_to_take_the_cheap_exit_when_computation_is_expensive(poli
         learner.train_step(batch, i)
     leaves = dynamic(net.eval(), batch.images).leaf
     assert (leaves == net.leaf_index["leafA"]).float().mean() > 0.9, "the 504-MAC exit costs least"
+
+
+def test_eps_greedy_critics_default_to_annealed_exploration_from_one_with_side_heads():
+    config = make_config("quick", agent="critic", policy="eps-greedy")
+    assert config.agent == "pragmatic-critic" and config.resolved_execution == "sampled" and config.side_heads
+    policy = training_policy(config)
+    assert policy.value(0) == 1.0 and policy.value(config.epsilon_half_life) == pytest.approx(0.5)
+    assert make_config("quick", agent="optimistic-critic", policy="eps-greedy").resolved_epsilon == 1.0
+    assert make_config("quick", agent="dqn", policy="eps-greedy").resolved_epsilon == 0.1, "DQN's is its final rate"
+    assert make_config("quick", agent="critic", policy="eps-greedy", epsilon=0.2).resolved_epsilon == 0.2
+
+
+@pytest.mark.parametrize("execution", ["sampled", "full"])
+def test_sampled_critics_recompute_batch_norm_statistics_before_evaluation(execution):
+    torch.manual_seed(0)
+    net = chain(classes=3)
+    learner = CriticLearner(net, make_config("smoke", agent="critic", policy="eps-greedy", execution=execution), CPU)
+    train = Split(torch.rand(40, 3, 32, 32), torch.randint(0, 3, (40,)), torch.zeros(40, dtype=torch.long))
+    norm = net.nodes["col1"].transform.norms[0]
+    before = norm.running_mean.clone()
+    learner.before_evaluation(train)
+    if execution == "full":
+        assert torch.equal(norm.running_mean, before), "full-tree training already normalises every node by the whole batch"
+        return
+    with torch.no_grad():  # every image passes column 1: its statistics are those of all 40 images
+        z = net.nodes["col1"].transform.convs[0](train.images)
+    torch.testing.assert_close(norm.running_mean, z.mean((0, 2, 3)), rtol=1e-4, atol=1e-5)
+
+
+def test_side_heads_are_trained_but_never_charged():
+    torch.manual_seed(0)
+    net = chain(classes=3)
+    config = make_config("smoke", agent="critic", policy="eps-greedy", epsilon=1.0, k_cpt=1e-6)
+    learner = CriticLearner(net, config, CPU)
+    terms = learner.losses(Split(torch.rand(16, 3, 32, 32), torch.randint(0, 3, (16,)), torch.zeros(16, dtype=torch.long)), 0)
+    columns = [learner.paths.node_index[f"col{k}"] for k in range(1, 9)]
+    heads = [learner.paths.node_index[f"exit{k}"] for k in range(1, 9)]
+    reach = terms["reach"]
+    assert torch.equal(reach[:, heads[:7]], reach[:, columns[:7]]), "every column passed runs its exit head"
+    path_macs = sum(reach[:, c] * (net.macs[f"col{k + 1}"] + net.router_macs[f"col{k + 1}"]) for k, c in enumerate(columns))
+    exits = reach[:, columns].sum(1).long() - 1  # the last column passed is where the example left
+    head_macs = torch.tensor([net.macs[f"exit{k + 1}"] for k in range(8)], dtype=reach.dtype)[exits]
+    assert float(terms["c_cpt"]) == pytest.approx(1e-6 * float((path_macs + head_macs).mean()), rel=1e-5)

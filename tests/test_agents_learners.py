@@ -6,7 +6,7 @@ import torch
 
 from routing_rl.agents.registry import make_learner
 from routing_rl.training.config import make_config
-from routing_rl.core.costs import K_CPT_VALUES
+from routing_rl.core.k_cpt import K_CPT_VALUES
 from routing_rl.data import Split
 from routing_rl.training.evaluate import evaluate
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from routing_rl.agents.registry import make_learner
-from routing_rl.agents.threshold import exit_stages, geometric_fractions, thresholds_for_fractions
+from routing_rl.agents.threshold import exit_positions, geometric_fractions, thresholds_for_fractions
 from routing_rl.training.config import make_config
 from routing_rl.data import Split
 from routing_rl.training.evaluate import evaluate
@@ -29,10 +29,10 @@ def test_thresholds_give_each_head_its_fraction():
     # head 0: the two most confident (0.9, 0.8) exit, threshold halfway to 0.3;
     # head 1: of the rest (0.7, 0.6), one exits, threshold halfway between them
     torch.testing.assert_close(thresholds, torch.tensor([0.55, 0.65], dtype=torch.float64))
-    assert exit_stages(CONFIDENCE, thresholds).tolist() == [0, 0, 1, 2]
+    assert exit_positions(CONFIDENCE, thresholds).tolist() == [0, 0, 1, 2]
     nobody_early = thresholds_for_fractions(CONFIDENCE, torch.tensor([0.0, 0.0, 1.0]))
     assert nobody_early.tolist() == [math.inf, math.inf]
-    assert exit_stages(CONFIDENCE, nobody_early).tolist() == [2, 2, 2, 2]
+    assert exit_positions(CONFIDENCE, nobody_early).tolist() == [2, 2, 2, 2]
 
 
 def varied_split(n, seed):

@@ -53,7 +53,7 @@ def tags(run_dir: Path) -> set[str]:
 AGENT_ARGS = {
     "static": ["--arch", "static-2"],
     "actor": [],
-    "critic": ["--policy", "eps-greedy"],
+    "pragmatic-critic": ["--policy", "eps-greedy"],
     "optimistic-critic": [],
     "threshold": [],
     "dqn": ["--policy", "eps-greedy"],
@@ -64,7 +64,7 @@ AGENT_ARGS = {
 
 @pytest.mark.parametrize("agent", AGENTS)
 def test_every_agent_trains_end_to_end(agent, tiny_data, cache, tmp_path, capsys):
-    assert main(smoke_args(tiny_data, tmp_path, agent, *AGENT_ARGS[agent])) == 0
+    assert main(smoke_args(tiny_data, tmp_path, agent, *AGENT_ARGS[agent], "--json")) == 0
     printed = json.loads(capsys.readouterr().out)
     run_dir = tmp_path / agent
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -78,7 +78,7 @@ def test_every_agent_trains_end_to_end(agent, tiny_data, cache, tmp_path, capsys
     assert any(run_dir.glob("checkpoint*")), "a checkpoint is written at the end"
     assert "charts/val_accuracy" in tags(run_dir) or agent in ("dqn", "ppo", "a2c")
     if agent == "threshold":
-        budgets = [entry["mac_budget"] for entry in metrics["test"]]
+        budgets = [entry["budget"] for entry in metrics["test"]]
         assert len(budgets) == 3 and budgets == sorted(budgets)
         assert all(entry["label"].startswith("budget") for entry in metrics["test"])
 
@@ -119,6 +119,39 @@ def test_dynamic_k_cpt_run_reports_every_k_cpt(tiny_data, cache, tmp_path, capsy
     assert [entry["k_cpt"] for entry in metrics["test"]] == [0.0, 1e-9, 2e-9, 4e-9, 8e-9, 1.6e-8, 3.2e-8, 6.4e-8]
 
 
+def test_a_latency_cost_run_records_its_profile(tiny_data, cache, tmp_path, capsys):
+    assert main(smoke_args(tiny_data, tmp_path, "actor", "--cost", "latency", "--latency-batch", "4")) == 0
+    run_dir = tmp_path / "actor"
+    saved = json.loads((run_dir / "cost.json").read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["cost"] == saved and saved["unit"] == "MAC-equivalents"
+    assert saved["profile"]["batch_size"] == 4
+    assert set(saved["node_cost"]) == {node["name"] for node in metrics["structure"]["nodes"]}
+
+
+def test_latency_report_compares_mac_and_latency_cost_runs(tiny_data, cache, tmp_path, capsys):
+    from routing_rl.app.latency import profile_main, report_main
+
+    profile = tmp_path / "profile.json"
+    assert profile_main(["--arch", "chain", "--batch-size", "2", "--repeats", "1", "--out", str(profile)]) == 0
+    assert main(smoke_args(tiny_data, tmp_path, "actor", "--run-name", "macs")) == 0
+    assert main(smoke_args(tiny_data, tmp_path, "actor", "--run-name", "latency", "--cost", "latency",
+                           "--latency-profile", str(profile))) == 0
+    recorded = json.loads((tmp_path / "latency" / "cost.json").read_text())["profile"]
+    assert recorded == json.loads(profile.read_text())["profile"], "the run charges the given profile"
+    out = tmp_path / "report"
+    runs_ = [str(tmp_path / "macs"), str(tmp_path / "latency")]
+    assert report_main([*runs_, "--batch-sizes", "1", "4", "--examples", "6", "--repeats", "1", "--out", str(out)]) == 0
+    rows = (out / "latency.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 and "seconds_per_image" in rows[0]
+    assert (out / "accuracy_time_b1.png").stat().st_size > 0 and (out / "accuracy_time_b4.png").is_file()
+    assert "| latency | 4e-09 | 4 |" in (out / "latency.md").read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        main(smoke_args(tiny_data, tmp_path, "actor", "--run-name", "bad", "--cost", "latency",
+                        "--latency-profile", str(tmp_path / "missing.json")))
+    assert exit_info.value.code == 2 and "cannot read the latency profile" in capsys.readouterr().err
+
+
 def test_an_interrupted_run_resumes(tiny_data, cache, tmp_path, capsys, monkeypatch):
     from routing_rl.agents.actor import ActorLearner
 
@@ -137,7 +170,7 @@ def test_an_interrupted_run_resumes(tiny_data, cache, tmp_path, capsys, monkeypa
     with pytest.raises(SystemExit) as stop:
         main(["--resume", str(run_dir), "--lr", "0.5"])
     assert stop.value.code == 2
-    assert "only device, data_dir, download may change, not lr" in capsys.readouterr().err
+    assert "only device, data_dir, download, channels_last, compile may change, not lr" in capsys.readouterr().err
     assert main(["--resume", str(run_dir), "--device", "cpu"]) == 0
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert [entry["iteration"] for entry in metrics["history"]] == [2, 4]
@@ -163,7 +196,7 @@ def test_existing_run_is_never_overwritten_silently(tiny_data, cache, tmp_path, 
         (["--agent", "actor", "--policy", "eps-greedy"], "agent 'actor' can only use softmax"),
         (["--agent", "static", "--policy", "softmax"], "has no training routing policy"),
         (["--k-cpt=-1e-9"], "k_cpt must be a finite number >= 0"),
-        (["--k-cpt", "lots"], "--k-cpt must be a number >= 0 or 'dynamic'"),
+        (["--k-cpt", "lots"], "k_cpt must be a number >= 0 (cost per MAC, e.g. 4e-9) or 'dynamic'"),
         (["--iterations", "0"], "expected a positive integer, got '0'"),
         (["--iterations", "many"], "expected a positive integer, got 'many'"),
         (["--batch-size", "-5"], "expected a positive integer, got '-5'"),
@@ -212,3 +245,26 @@ def test_an_sb3_run_resumes_from_its_newest_zip(tiny_data, cache, tmp_path, caps
     (run_dir / "metrics.json").unlink()
     assert main(["--resume", str(run_dir)]) == 0
     assert (run_dir / "metrics.json").is_file()
+
+
+def test_configs_written_before_the_sb3_flags_still_read():
+    from routing_rl.training.config import TrainConfig, make_config
+
+    old = json.loads(make_config("smoke").to_json())
+    del old["n_envs"], old["sb3_kwargs"]
+    assert TrainConfig.from_json(json.dumps({**old, "extra": {}})) == TrainConfig(**old)
+    with pytest.raises(ValueError, match="before --n-envs and --sb3-kwargs"):
+        TrainConfig.from_json(json.dumps({**old, "extra": {"n_envs": 8}}))
+
+
+def test_critic_is_the_pragmatic_critic_and_the_run_ends_with_a_summary(tiny_data, cache, tmp_path, capsys):
+    assert main(smoke_args(tiny_data, tmp_path, "critic", "--policy", "eps-greedy")) == 0
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "critic"
+    config = json.loads((run_dir / "config.json").read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert config["agent"] == metrics["agent"] == "pragmatic-critic"
+    assert f"test accuracy {100 * metrics['test_accuracy']:.2f}% at {metrics['test_mean_macs'] / 1e6:.2f}M MACs" in out
+    reached = [leaf for leaf, v in metrics["test"][0]["leaves"].items() if v["by_source"]["mnist"]]
+    assert "digits" in out and all(leaf in out for leaf in reached)
+    assert len(out.splitlines()) <= 24, "one screen"

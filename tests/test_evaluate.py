@@ -2,7 +2,7 @@ import pytest
 import torch
 from helpers import randomize_routers, varied_images
 
-from routing_rl.core.costs import check_k_cpt, computation_cost, error_cost
+from routing_rl.core.costs import error_cost
 from routing_rl.data import Split
 from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import dynamic
@@ -39,11 +39,3 @@ def test_error_costs():
     assert error_cost(logits, labels, "zero_one").tolist() == [0.0, 1.0]
     with pytest.raises(ValueError, match="unknown error cost 'hinge'"):
         error_cost(logits, labels, "hinge")
-
-
-def test_computation_cost_and_k_cpt_checks():
-    assert computation_cost(torch.tensor([1_000_000, 0]), 4e-9).tolist() == pytest.approx([4e-3, 0.0])
-    assert check_k_cpt("1.6e-8") == 1.6e-8
-    for bad in (-1e-9, "cheap", float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="k_cpt must be"):
-            check_k_cpt(bad)

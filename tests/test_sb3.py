@@ -17,12 +17,13 @@ from routing_rl.envs import JointTraining, RoutingSB3VecEnv
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from routing_rl.training.config import make_config
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
 
-SHORT = {  # SB3 settings that let a few hundred environment steps exercise every update
+SHORT = {  # SB3 settings that let a few hundred training images exercise every update
     "dqn": {"learning_starts": 32, "buffer_size": 512, "batch_size": 16, "target_update_interval": 64},
     "ppo": {"n_steps": 8},
     "a2c": {"n_steps": 4},
@@ -37,8 +38,8 @@ def tiny_dataset(n=48, classes=3, seed=0):
 
 
 def short_config(agent, **overrides):
-    values = dict(agent=agent, iterations=256, batch_size=16, eval_every=128, checkpoint_every=128,
-                  eval_examples=8, extra={"n_envs": 8, "sb3": SHORT[agent]})
+    values = dict(agent=agent, iterations=16, batch_size=16, eval_every=8, checkpoint_every=8,
+                  eval_examples=8, n_envs=8, sb3_kwargs=SHORT[agent])
     return make_config("smoke", **{**values, **overrides})
 
 
@@ -58,11 +59,12 @@ def test_short_training_runs_logs_checkpoints_and_evaluates(tmp_path, agent):
     counter = CountSteps()
     result = train_sb3(short_config(agent), dataset, tmp_path, torch.device("cpu"), callbacks=[counter])
     assert isinstance(result.model, ALGORITHMS[agent])
-    assert result.model.num_timesteps >= 256 and counter.calls >= 256 // 8
+    trainer = result.model.feature_trainer
+    assert trainer.updates == 16, "the budget is 16 iterations of 16 images, as for every learner"
+    assert result.model.num_timesteps >= 16 * 16 and counter.calls >= 16 * 16 // 8, "an image takes 1+ steps"
     assert result.net is result.model.routed_net
-    assert result.model.feature_trainer.updates > 0, "the env trained the feature network"
 
-    assert [entry["iteration"] for entry in result.history] == [128, 256]
+    assert [entry["iteration"] for entry in result.history] == [8, 16]
     assert json.loads((tmp_path / "sb3_history.json").read_text()) == result.history
     (test,) = result.evaluations(dataset.test)
     assert 0.0 <= test["accuracy"] <= 1.0 and test["k_cpt"] == 4e-9
@@ -70,15 +72,21 @@ def test_short_training_runs_logs_checkpoints_and_evaluates(tmp_path, agent):
     assert sum(leaf["fraction"] for leaf in test["leaves"].values()) == pytest.approx(1.0)
 
     assert (tmp_path / "model.zip").is_file() and (tmp_path / "best_model.zip").is_file()
-    assert latest_checkpoint(tmp_path).name == f"{agent}_256_steps.zip"
+    assert latest_checkpoint(tmp_path).name == f"{agent}_16_iterations.zip"
     assert list(tmp_path.glob("events.out.tfevents.*"))
     with open(tmp_path / "progress.csv") as f:
-        columns = next(csv.reader(f))
+        rows = list(csv.DictReader(f))
+    columns = list(rows[0])
+    steps = [int(row["time/total_timesteps"]) for row in rows if row.get("time/total_timesteps")]
+    assert steps and max(steps) >= 16 * 16
     for tag in ("charts/train_accuracy", "charts/train_mean_macs", "losses/c_err", "charts/lr",
                 "charts/val_accuracy", "charts/val_mean_macs", "rollout/ep_rew_mean", "eval/mean_reward"):
         assert tag in columns, tag
     if agent == "dqn":
         assert "charts/epsilon" in columns
+    events = EventAccumulator(str(tmp_path)).Reload()
+    assert [e.step for e in events.Scalars("charts/val_accuracy")] == [8, 16], "TensorBoard steps are iterations"
+    assert max(e.step for e in events.Scalars("losses/c_err")) <= 16
 
     model, net = load_sb3(tmp_path / "model.zip")
     assert type(model) is ALGORITHMS[agent]
@@ -90,25 +98,26 @@ def test_short_training_runs_logs_checkpoints_and_evaluates(tmp_path, agent):
 
 
 def test_dqn_maps_eps_greedy_and_gamma_one(tmp_path):
-    config = short_config("dqn", policy="eps-greedy", epsilon=0.05, iterations=64)
+    config = short_config("dqn", policy="eps-greedy", epsilon=0.05, iterations=4)
     model = train_sb3(config, tiny_dataset(), tmp_path, torch.device("cpu")).model
     assert isinstance(model, DQN)
     assert model.exploration_final_eps == 0.05 and model.exploration_initial_eps == 1.0
     assert model.gamma == 1.0
+    assert model.exploration_rate == pytest.approx(0.05), "exploration anneals on the image budget, which is spent"
+    assert model.feature_trainer.options.execution == "full", "every head learns, whatever ε explores"
 
 
 def test_resume_continues_from_the_newest_checkpoint(tmp_path):
     dataset = tiny_dataset()
-    first = train_sb3(short_config("a2c", iterations=128), dataset, tmp_path, torch.device("cpu"))
-    updates = first.model.feature_trainer.updates
-    resumed = train_sb3(short_config("a2c", iterations=256), dataset, tmp_path, torch.device("cpu"), resume=True)
-    assert resumed.model.num_timesteps >= 256
-    assert resumed.model.feature_trainer.updates > updates, "the feature optimiser's step count carried over"
-    assert resumed.history[0]["iteration"] == 128
+    first = train_sb3(short_config("a2c", iterations=8), dataset, tmp_path, torch.device("cpu"))
+    assert first.model.feature_trainer.updates == 8
+    resumed = train_sb3(short_config("a2c", iterations=16), dataset, tmp_path, torch.device("cpu"), resume=True)
+    assert resumed.model.feature_trainer.updates == 16, "the feature optimiser's step count carried over"
+    assert [entry["iteration"] for entry in resumed.history] == [8, 16]
 
 
 def test_dynamic_k_cpt_agent_is_judged_at_every_cost(tmp_path):
-    result = train_sb3(short_config("ppo", k_cpt="dynamic", iterations=64), tiny_dataset(), tmp_path,
+    result = train_sb3(short_config("ppo", k_cpt="dynamic", iterations=4), tiny_dataset(), tmp_path,
                        torch.device("cpu"))
     assert result.model.observation_space.shape[0] == 2048 + 7 + 1
     evaluations = result.evaluations(tiny_dataset().test)
@@ -117,7 +126,7 @@ def test_dynamic_k_cpt_agent_is_judged_at_every_cost(tmp_path):
 
 def test_load_into_an_env_shares_its_net_and_trainer(tmp_path):
     dataset = tiny_dataset()
-    train_sb3(short_config("ppo", iterations=64), dataset, tmp_path, torch.device("cpu"))
+    train_sb3(short_config("ppo", iterations=4), dataset, tmp_path, torch.device("cpu"))
     env = RoutingSB3VecEnv(8, dataset=dataset, train=True)
     model, net = load_sb3(tmp_path / "model.zip", env=env, device="cpu")
     assert net is env.net and model.feature_trainer is env.trainer

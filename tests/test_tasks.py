@@ -112,7 +112,7 @@ def test_no_task_is_an_error_not_the_hybrid_data():
 def test_sb3_vec_env_make_honours_the_registration():
     vec = RoutingSB3VecEnv.make("tests/Vectors-v0", num_envs=3, examples=9, train=False)
     assert isinstance(vec.traffic.task, VectorTask) and len(vec.traffic.split) == 9
-    assert vec.traffic.k_cpt_values.tolist() == [1e-3], "the registered k_cpt"
+    assert list(vec.traffic.k_cpt_model.values) == [1e-3], "the registered k_cpt"
     assert RoutingVecEnv is RoutingSB3VecEnv, "the README's name stays importable"
     gym.register("tests/VectorFactory-v0", entry_point=lambda **kw: RoutingEnv(task=vector_factory, **kw))
     made = RoutingSB3VecEnv.make("tests/VectorFactory-v0", num_envs=4, examples=5, train=False)
@@ -326,7 +326,7 @@ def test_every_agent_trains_a_plug_in_task(agent, tmp_path):
 
     config = make_config("smoke", archs=ThreeNetsTask.archs, env="tests/ThreeNets-v0", agent=agent,
                          arch=ThreeNetsTask().default_arch(agent), k_cpt=1e-3, device="cpu", logdir=str(tmp_path),
-                         run_name=agent, extra={"n_envs": 4} if agent in ("dqn", "ppo", "a2c") else {})
+                         run_name=agent, n_envs=4)
     metrics = train(config)
     assert metrics["classes"] == ["ant", "bee", "cat"] and metrics["sources"] == ["left", "right"]
     leaves = metrics["test"][0]["leaves"]

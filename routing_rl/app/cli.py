@@ -26,28 +26,35 @@ from routing_rl.training.config import (
 from routing_rl.data import DataNotFoundError
 
 HELP = {
-    "agent": "learner: " + ", ".join(AGENTS),
+    "agent": "learner: " + ", ".join(AGENTS) + " (critic: pragmatic-critic)",
     "policy": "training routing policy: " + ", ".join(POLICIES) + " (default: the agent's own)",
     "env": "routing task id: a routing_rl/ id, or PKG.MODULE:TaskId-v0 for a task your package registers (docs/plugins.md)",
     "dataset": "the paper's dataset name (mnist, cifar10, cifar2, cifar5, hybrid) for its image envs; default: the env's",
     "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent; a plug-in task names its own",
     "width": "channel multiplier of every column",
     "k_cpt": "cost per MAC, e.g. 4e-9, or 'dynamic' (sampled per example, routers read it)",
+    "cost": "what k_cpt is charged per: macs, or latency (each node timed on this device, in MAC-equivalents)",
+    "latency_batch": "batch size the latency cost is profiled at (default: --batch-size)",
+    "latency_profile": "latency profile JSON measured on the inference device (experiments/profile_latency.py); default: profile on --device",
     "preset": "schedule preset: " + ", ".join(PRESETS),
-    "iterations": "training iterations (environment steps for dqn, ppo, a2c)",
-    "batch_size": "examples per training iteration",
+    "iterations": "training iterations, each one optimiser step on batch-size training images (every agent)",
+    "batch_size": "training images per iteration",
     "lr": "initial SGD learning rate",
     "lr_half_life": "iterations for the learning rate to halve",
     "momentum": "SGD momentum",
     "tau": "initial softmax temperature of the training routing policy (default: 1.0 actor, 0.1 critics)",
     "tau_half_life": "iterations for tau to halve",
-    "epsilon": "initial exploration rate of the eps-greedy policy",
+    "epsilon": "initial exploration rate of the eps-greedy policy (default: 1.0 critics, annealed; DQN: its final rate, 0.1)",
     "epsilon_half_life": "iterations for epsilon to halve",
     "k_dec": "cost of decisiveness (actor): k_dec * |s_j|^2 per junction",
     "k_ure": "utility regression error weight (critics)",
     "k_l2": "L2 weight of the activated layers' weights",
     "talr": "throughput-adjusted learning rates (Section 4.5)",
-    "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, sampled for eps-greedy/greedy)",
+    "channels_last": "convolutions in channels-last memory format: faster steps on CPUs, same results up to rounding",
+    "compile": "torch.compile the full-tree step (compiles for minutes at the first step)",
+    "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, sampled for critics with "
+                 "eps-greedy/greedy; for dqn, ppo, a2c: how the env trains the features)",
+    "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is computed)",
     "error_cost": "c_err: cross_entropy or zero_one",
     "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant)",
     "probability_floor": "smallest routing probability of any sink during training",
@@ -62,8 +69,10 @@ HELP = {
     "download": "try torchvision's downloaders when the data is not found locally",
     "logdir": "folder that holds run directories",
     "run_name": "run directory name (default: agent-arch-timestamp)",
+    "n_envs": "dqn, ppo, a2c: examples in flight in the vector env",
+    "sb3_kwargs": "dqn, ppo, a2c: JSON object of SB3 keyword arguments over the defaults chosen for routing, "
+                  "e.g. '{\"buffer_size\": 50000}' (default: none)",
 }
-HIDDEN = {"extra"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -103,24 +112,34 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"buffer_size\": 50000}}', got {text!r}")
+    return value
+
+
 def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="Train a routed network with any learner on any routing env.")
     defaults = TrainConfig()
     for field in dataclasses.fields(TrainConfig):
-        if field.name in HIDDEN:
-            continue
         flag = "--" + field.name.replace("_", "-")
         default = getattr(defaults, field.name)
         kind = type(default) if default is not None else str
         if field.name == "k_cpt":
             converter = str
+        elif field.name == "sb3_kwargs":
+            converter = _json_object
         elif kind is bool:
             converter = _bool
         elif field.name == "seed":
             converter = _non_negative_int
-        elif kind is int or field.name in ("eval_examples", "train_examples"):
+        elif kind is int or field.name in ("eval_examples", "train_examples", "latency_batch"):
             converter = _positive_int
-        elif kind is float or field.name == "tau":
+        elif kind is float or field.name in ("tau", "epsilon"):
             converter = _number
         else:
             converter = str
@@ -131,18 +150,13 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory of the same name")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    parser.add_argument("--json", action="store_true", help="at the end, print the final metrics as JSON instead of the summary")
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in HIDDEN}
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     preset = values.pop("preset") or DEFAULT_PRESET
-    k_cpt = values.get("k_cpt")
-    if k_cpt is not None and k_cpt != "dynamic":
-        try:
-            values["k_cpt"] = float(k_cpt)
-        except ValueError:
-            raise ValueError(f"--k-cpt must be a number >= 0 or 'dynamic', got {k_cpt!r}") from None
     from routing_rl.app.runs import task_for
 
     task = task_for(values)
@@ -155,6 +169,7 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     from routing_rl.app.runs import RunError, train
+    from routing_rl.app.summary import summary_text
     from routing_rl.core.memory import retain_freed_memory
 
     retain_freed_memory()
@@ -166,7 +181,7 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     if args.print_config and config is not None:
         print(config.to_json())
         return 0
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in HIDDEN}
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     given = {name: value for name, value in given.items() if value is not None}
     try:
         metrics = train(resume=args.resume, overrides=given) if args.resume else train(config, overwrite=args.overwrite)
@@ -176,8 +191,10 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
         print(f"\n{prog}: interrupted; the last checkpoint is saved, continue with --resume", file=sys.stderr)
         return 130
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for every process
-        summary = {k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}
-        print(json.dumps(summary, indent=2))
+        if args.json:
+            print(json.dumps({k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}, indent=2))
+        else:
+            print(summary_text(metrics))
     return 0
 
 

@@ -23,11 +23,12 @@ import matplotlib.pyplot as plt
 from routing_rl.app.plots import accuracy_macs_figure, node_link_figure, routing_heatmap_figure, write_csv
 from routing_rl.app.report import STATIC_SERIES, markdown_report
 from routing_rl.app.runs import METRICS_FILE
+from routing_rl.training.config import AGENT_ALIASES
 
 SERIES = {
     "static": STATIC_SERIES,
     "actor": "actor",
-    "critic": "pragmatic critic",
+    "pragmatic-critic": "pragmatic critic",
     "optimistic-critic": "optimistic critic",
     "threshold": "confidence threshold",
     "dqn": "DQN",
@@ -51,7 +52,8 @@ def read_metrics(run_dirs: list[Path]) -> list[dict]:
 
 
 def series_name(run: dict) -> str:
-    name = SERIES.get(run["agent"], run["agent"])
+    agent = AGENT_ALIASES.get(run["agent"], run["agent"])  # runs written before the rename say "critic"
+    name = SERIES.get(agent, agent)
     if run["k_cpt"] == "dynamic":
         name += ", dynamic k_cpt"
     if run["arch"] == "tree":

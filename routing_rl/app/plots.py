@@ -1,6 +1,8 @@
 """The paper's figures, drawn from evaluations and run directories.
 
 * :func:`accuracy_macs_figure` — test accuracy against mean MACs per example (Fig. 5).
+* :func:`accuracy_time_figure` — the same beside accuracy against measured wall time per
+  example (MAC-cost vs latency-cost routing, :mod:`routing_rl.app.latency`).
 * :func:`node_link_figure` — one row per net: a circle at each node whose area is the
   fraction of examples classified there, coloured by accuracy (left) and by the mix of
   sources or classes classified there (right) (Figs. 6, 7).
@@ -43,23 +45,39 @@ def accuracy_macs_figure(points: Sequence[dict], title: str = "") -> Figure:
     points of one series are joined by a line in order of MACs when there are several.
     """
     figure, ax = plt.subplots(figsize=(7, 4.5))
-    series: dict[str, list[dict]] = {}
-    for point in points:
-        series.setdefault(point["series"], []).append(point)
-    for name, members in series.items():
-        members = sorted(members, key=lambda p: p["mean_macs"])
-        macs = [p["mean_macs"] for p in members]
-        accuracy = [100 * p["accuracy"] for p in members]
-        style = "-o" if len(members) > 1 else "o"
-        ax.plot(macs, accuracy, style, label=name, markersize=5)
-    ax.set_xlabel("mean MACs per example")
-    ax.set_ylabel("test accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _accuracy_panel(ax, points, "mean_macs", "mean MACs per example")
     if title:
         ax.set_title(title)
     figure.tight_layout()
     return figure
+
+
+def accuracy_time_figure(points: Sequence[dict], title: str = "") -> Figure:
+    """Accuracy (%) against mean MACs per example (left) and measured wall time per example
+    (right, µs): ``points`` as :func:`accuracy_macs_figure`'s, with ``seconds_per_image``."""
+    figure, (ax_macs, ax_time) = plt.subplots(1, 2, figsize=(12, 4.5))
+    _accuracy_panel(ax_macs, points, "mean_macs", "mean MACs per example")
+    _accuracy_panel(ax_time, [{**p, "us": 1e6 * p["seconds_per_image"]} for p in points], "us",
+                    "measured wall time per example (µs)")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def _accuracy_panel(ax, points: Sequence[dict], x: str, xlabel: str) -> None:
+    """Test accuracy (%) against ``point[x]``, one line per ``series`` in order of ``x``."""
+    series: dict[str, list[dict]] = {}
+    for point in points:
+        series.setdefault(point["series"], []).append(point)
+    for name, members in series.items():
+        members = sorted(members, key=lambda p: p[x])
+        style = "-o" if len(members) > 1 else "o"
+        ax.plot([p[x] for p in members], [100 * p["accuracy"] for p in members], style, label=name, markersize=5)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def layout(structure: dict) -> dict[str, tuple[float, float]]:

@@ -3,6 +3,7 @@
 A run directory holds::
 
     config.json       the TrainConfig, written before training starts
+    cost.json         with --cost latency: the measured profile and each node's cost
     checkpoint.pt     written atomically every checkpoint_every iterations, at the end, on Ctrl-C
     events.out.tfevents.*   TensorBoard
     metrics.json      the final evaluation on the test split (written last: its presence
@@ -34,6 +35,7 @@ from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.task import RoutingTask, task_from_env
 from routing_rl.app.describe import summary
 from routing_rl.training.evaluate import evaluate
+from routing_rl.training.cost import run_cost_model
 from routing_rl.training.monitor import Monitor
 from routing_rl.training.splits import RunError, training_splits
 
@@ -199,16 +201,22 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
         dataset, train_part, validation, test = prepare_data(config, task)
     except ValueError as error:  # unknown dataset names and the like: the user's to fix
         raise RunError(str(error)) from None
+    from routing_rl.agents.registry import build_net
+
+    try:
+        cost = run_cost_model(config, build_net(config, task, device), run_dir)
+    except ValueError as error:  # a latency profile of another net, or unreadable
+        raise RunError(str(error)) from None
     if config.agent in SB3_AGENTS:
         from routing_rl.agents.sb3 import train_sb3
 
         started = time.perf_counter()
-        result = train_sb3(config, task, run_dir, device, resume=resume is not None)
+        result = train_sb3(config, task, run_dir, device, resume=resume is not None, cost=cost)
         net, evaluations = result.net, result.evaluations(task.examples(test))
         history, wall = result.history, time.perf_counter() - started
     else:
         net, evaluations, history, wall = _train_learner(config, task, train_part, validation, test, run_dir, device,
-                                                         resume, distributed)
+                                                         resume, cost, distributed)
     metrics = {
         "run": str(run_dir),
         "agent": config.agent,
@@ -219,6 +227,7 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
         "test": evaluations,
         "train_seconds": wall,
         "env": config.env,
+        "cost": cost.to_json(),
         "dataset": dataset.description,
         "classes": list(task.classes),
         "sources": list(task.sources),
@@ -231,12 +240,12 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
     return metrics
 
 
-def _train_learner(config, task, train_part, validation, test, run_dir, device, resume, distributed=None):
+def _train_learner(config, task, train_part, validation, test, run_dir, device, resume, cost, distributed=None):
     from routing_rl.agents.registry import make_learner
     from routing_rl.app.plots import node_link_figure
     from routing_rl.app.trainer import fit
 
-    learner = make_learner(config, task, device)
+    learner = make_learner(config, task, device, cost)
     if distributed is not None:
         learner.distribute(distributed)
     writes = distributed is None or distributed.is_main  # every process trains and evaluates; rank 0 writes
@@ -268,7 +277,7 @@ def _train_learner(config, task, train_part, validation, test, run_dir, device, 
             evaluations.append({**fields, **evaluate(learner.net, test, k_cpt, decide, classes=task.classes,
                                                      sources=task.sources, task=task)})
         final = {"test_accuracy": evaluations[0]["accuracy"], "test_mean_macs": evaluations[0]["mean_macs"]}
-        hparams = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("extra", "logdir", "data_dir")}
+        hparams = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("sb3_kwargs", "logdir", "data_dir")}
         if monitor is not None:
             monitor.hparams(hparams, final)
     finally:

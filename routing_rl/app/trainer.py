@@ -186,6 +186,7 @@ def fit(
                 shown = {k.split("/")[-1]: v for k, v in stats.items() if k in SHOWN_IN_PROGRESS}
                 monitor.progress(1, **shown)
             if state.iteration % config.eval_every == 0 or state.iteration == config.iterations:
+                learner.before_evaluation(train)
                 entry = validate(learner, validation, state.iteration, monitor, task)
                 state.history.append(entry)
                 if after_validation is not None:

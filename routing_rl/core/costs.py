@@ -1,12 +1,10 @@
-"""The cost of inference: c_inf = c_err + c_cpt, with c_cpt = k_cpt × MACs (paper, Section 3.2)."""
+"""The error part of the cost of inference c_inf = c_err + c_cpt (paper, Section 3.2); c_cpt and
+k_cpt live in :mod:`routing_rl.core.k_cpt`."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
-K_CPT_VALUES = (0.0, 1e-9, 2e-9, 4e-9, 8e-9, 1.6e-8, 3.2e-8, 6.4e-8)
-"""The paper's costs per MAC; a dynamic-k_cpt net samples one of them per training example."""
 
 ERROR_COSTS = ("cross_entropy", "zero_one")
 
@@ -18,20 +16,3 @@ def error_cost(logits: torch.Tensor, labels: torch.Tensor, kind: str = "cross_en
     if kind == "zero_one":
         return (logits.argmax(-1) != labels).to(logits.dtype)
     raise ValueError(f"unknown error cost {kind!r}; choose one of {', '.join(ERROR_COSTS)}")
-
-
-def computation_cost(macs: torch.Tensor | int | float, k_cpt: torch.Tensor | float) -> torch.Tensor:
-    """c_cpt = k_cpt × MACs; ``k_cpt`` is a cost per MAC (a float or one per example)."""
-    macs = torch.as_tensor(macs)
-    return torch.as_tensor(k_cpt, dtype=torch.float64, device=macs.device) * macs.to(torch.float64)
-
-
-def check_k_cpt(k_cpt: float) -> float:
-    """A fixed k_cpt must be a finite number >= 0."""
-    try:
-        value = float(k_cpt)
-    except (TypeError, ValueError):
-        raise ValueError(f"k_cpt must be a number >= 0 (cost per MAC, e.g. 4e-9), got {k_cpt!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise ValueError(f"k_cpt must be a finite number >= 0 (cost per MAC, e.g. 4e-9), got {k_cpt!r}")
-    return value

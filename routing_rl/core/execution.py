@@ -16,7 +16,7 @@ predictions and MACs: batch norm then treats each example on its own.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -65,6 +65,9 @@ class RoutedOutput:
         reached that node; nodes no example reached are absent.
     scores: junction name -> ``(b, n_sinks)`` router scores of those examples.
     decisions: junction name -> ``(b,)`` int64 sink each of those examples took.
+    heads: leaf name -> ``(index (b,), logits (b, classes))``, every head that ran and on
+        which examples: the leaf each example reached, and with ``route(..., side_heads=True)``
+        also every head hanging off a junction on its path.
     """
 
     logits: torch.Tensor
@@ -73,6 +76,7 @@ class RoutedOutput:
     visits: dict[str, torch.Tensor]
     scores: dict[str, torch.Tensor]
     decisions: dict[str, torch.Tensor]
+    heads: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     @property
     def pred(self) -> torch.Tensor:
@@ -114,6 +118,7 @@ def route(
     x: torch.Tensor,
     decide: Decide,
     k_cpt=None,
+    side_heads: bool = False,
     global_counts: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> RoutedOutput:
     """Run each example along the path ``decide`` picks, computing only what is on it.
@@ -121,6 +126,13 @@ def route(
     Differentiable: gradients reach every transform, router and head an example passed
     through. ``k_cpt`` may be a float or a ``(B,)`` tensor (one cost per example). When
     every example at a junction takes the same sink, its whole state passes on ungathered.
+
+    ``side_heads``: also run, on every example at a junction, each head that is one of the
+    junction's sinks (``RoutedOutput.heads``). A head's input is the junction's state, which
+    the path computed anyway, so this costs only the heads' own MACs (a linear layer, about
+    0.1% of a column's); ``RoutedOutput.macs`` still counts the path alone. Training uses it
+    to give every head, and the exit utility of every junction, all the examples whose path
+    passed by (see :mod:`routing_rl.agents.critic`).
 
     ``global_counts`` is for data-parallel training, where ``x`` is one process's shard: it
     maps this shard's ``(n_sinks,)`` example counts at a junction to the counts over every
@@ -136,6 +148,7 @@ def route(
     visits: dict[str, torch.Tensor] = {}
     scores: dict[str, torch.Tensor] = {}
     decisions: dict[str, torch.Tensor] = {}
+    heads: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     pending = [(net.root, x, everyone, k_cpt)]
     while pending:
         name, inputs, index, node_k_cpt = pending.pop()
@@ -144,6 +157,7 @@ def route(
         state, descriptor, node_scores = node(inputs, node_k_cpt)
         if node.is_leaf:
             arrivals.append((net.leaf_index[name], index, state))
+            heads[name] = (index, state)
             continue
         if node_scores is None:
             pending.append((node.sinks[0], state, index, node_k_cpt))
@@ -151,23 +165,34 @@ def route(
         choice = decide(Junction(name, node_scores, descriptor, node_k_cpt, index, state))
         scores[name] = node_scores
         decisions[name] = choice
+        if side_heads:
+            for sink in node.sinks:
+                if net.nodes[sink].is_leaf:
+                    head = net.nodes[sink]
+                    heads[sink] = (index, head(head.reads(state), node_k_cpt).state)
         for sink_number, chosen in _split(choice, len(node.sinks), global_counts):
             sink = node.sinks[sink_number]
+            if sink in heads:  # a side head: it has run on every example here
+                _, logits = heads[sink]
+                arrived = (index, logits) if chosen is None else (index[chosen], logits.index_select(0, chosen))
+                visits[sink] = arrived[0]
+                arrivals.append((net.leaf_index[sink], *arrived))
+                continue
             if chosen is None:
                 pending.append((sink, state, index, node_k_cpt))
                 continue
             sink_k_cpt = node_k_cpt[chosen] if isinstance(node_k_cpt, torch.Tensor) and node_k_cpt.dim() else node_k_cpt
             pending.append((sink, take(net.nodes[sink].reads(state), chosen), index[chosen], sink_k_cpt))
-    return _assemble(net, arrivals, batch, visits, scores, decisions)
+    return _assemble(net, arrivals, batch, visits, scores, decisions, heads)
 
 
-def _assemble(net: RoutedNet, arrivals, batch: int, visits, scores, decisions) -> RoutedOutput:
+def _assemble(net: RoutedNet, arrivals, batch: int, visits, scores, decisions, heads) -> RoutedOutput:
     """The batch's logits and leaves, in batch order, from each leaf's sub-batch."""
     if len(arrivals) == 1:
         number, index, logits = arrivals[0]
         leaf = torch.full((batch,), number, dtype=torch.int64, device=index.device)
         macs = torch.full((batch,), net.leaf_path_macs[number], dtype=torch.int64, device=index.device)
-        return RoutedOutput(logits, leaf, macs, visits, scores, decisions)
+        return RoutedOutput(logits, leaf, macs, visits, scores, decisions, heads)
     numbers = [number for number, _, _ in arrivals]
     sizes = [index.numel() for _, index, _ in arrivals]
     index = torch.cat([index for _, index, _ in arrivals])
@@ -175,7 +200,7 @@ def _assemble(net: RoutedNet, arrivals, batch: int, visits, scores, decisions) -
     logits = arrived.new_empty(batch, arrived.shape[1]).index_copy(0, index, arrived)
     leaf_of_arrival = torch.tensor(numbers, device=index.device).repeat_interleave(torch.tensor(sizes, device=index.device))
     leaf = torch.empty(batch, dtype=torch.int64, device=index.device).index_copy_(0, index, leaf_of_arrival)
-    return RoutedOutput(logits, leaf, net.leaf_macs[leaf], visits, scores, decisions)
+    return RoutedOutput(logits, leaf, net.leaf_macs[leaf], visits, scores, decisions, heads)
 
 
 def dynamic(net: RoutedNet, x: torch.Tensor, k_cpt=None) -> RoutedOutput:

@@ -6,10 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from routing_rl.core.k_cpt import router_input
 from routing_rl.nets.folding import Foldable, norm_affine, norm_tensors, use_folded
-
-K_CPT_SCALE = 1e7
-"""Routers read k_cpt in units of cost per ten million MACs (paper, Section 4.6)."""
 
 BN_EPS = 1e-6
 BN_MOMENTUM = 0.1  # PyTorch's momentum is 1 - the paper's moving-average decay of 0.9
@@ -72,7 +70,7 @@ class Router(Foldable):
             if k_cpt is None:
                 raise ValueError("this router reads k_cpt (built with k_cpt_input=True); pass k_cpt=")
             k_cpt = torch.as_tensor(k_cpt, dtype=descriptor.dtype, device=descriptor.device)
-            column = (k_cpt * K_CPT_SCALE).expand(descriptor.shape[0]).unsqueeze(1)
+            column = router_input(k_cpt).expand(descriptor.shape[0]).unsqueeze(1)
             descriptor = torch.cat([descriptor, column], dim=1)
         if not use_folded(self, self.layers):
             return self.layers(descriptor)

@@ -13,6 +13,14 @@ Presets:
   * ``quick`` — the default: 600 iterations with the same shape, a first real result in a
     few minutes on a CPU.
   * ``smoke`` — a few iterations on a small batch and a few hundred examples, for tests.
+
+A preset is a number of training images, ``iterations × batch_size``, the same for every
+agent: the paper's learners take one optimiser step per batch; the SB3 agents (dqn, ppo,
+a2c) stop when the env's feature network has taken ``iterations`` steps of ``batch_size``
+finished episodes, however many environment steps the episodes took. Their own settings
+(replay buffer, learning starts, target updates, exploration schedule, rollout lengths) are
+chosen for routing and scale with that budget: :func:`routing_rl.agents.sb3.sb3_kwargs`
+documents them; ``--n-envs`` and ``--sb3-kwargs`` change them.
 """
 
 from __future__ import annotations
@@ -23,23 +31,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing_rl.core.costs import ERROR_COSTS, check_k_cpt
+from routing_rl.core.costs import ERROR_COSTS
+from routing_rl.core.k_cpt import COSTS, DYNAMIC, check_k_cpt
 from routing_rl.nets.multiscale import arch_names
 
-AGENTS = ("static", "actor", "critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
+AGENTS = ("static", "actor", "pragmatic-critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
+AGENT_ALIASES = {"critic": "pragmatic-critic"}
+"""Other names an agent answers to; a config stores the agent's own name."""
 POLICIES = ("softmax", "eps-greedy", "greedy")
 EXECUTIONS = ("full", "sampled")
 PRESETS = ("smoke", "quick", "cpu-small", "paper")
 DEFAULT_PRESET = "quick"
 SB3_AGENTS = ("dqn", "ppo", "a2c")
-RESUME_OVERRIDES = ("device", "data_dir", "download")
+RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
 
 AGENT_POLICIES = {
     "static": (),
     "threshold": (),
     "actor": ("softmax",),
-    "critic": ("softmax", "eps-greedy", "greedy"),
+    "pragmatic-critic": ("softmax", "eps-greedy", "greedy"),
     "optimistic-critic": ("softmax", "eps-greedy", "greedy"),
     "dqn": ("eps-greedy",),
     "ppo": ("softmax",),
@@ -53,8 +64,8 @@ PRESET_VALUES: dict[str, dict] = {
                   epsilon_half_life=10_000, eval_every=5_000, checkpoint_every=5_000),
     "cpu-small": dict(iterations=4_000, batch_size=128, lr_half_life=500, tau_half_life=500,
                       epsilon_half_life=500, eval_every=250, checkpoint_every=500),
-    "quick": dict(iterations=600, batch_size=128, lr_half_life=75, tau_half_life=75,
-                  epsilon_half_life=75, eval_every=100, checkpoint_every=100, eval_examples=2_000),
+    "quick": dict(iterations=1_200, batch_size=128, lr_half_life=400, tau_half_life=200,
+                  epsilon_half_life=150, eval_every=400, checkpoint_every=400),
     "smoke": dict(iterations=20, batch_size=16, lr_half_life=10, tau_half_life=10,
                   epsilon_half_life=10, eval_every=10, checkpoint_every=10, eval_examples=64,
                   train_examples=256),
@@ -63,8 +74,10 @@ PRESET_VALUES: dict[str, dict] = {
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a training run. Units: iterations are optimiser steps
-    (environment steps for SB3 agents), k_cpt is a cost per MAC."""
+    """Everything that defines a training run. Units: an iteration is one optimiser step on
+    ``batch_size`` training images for every agent (for SB3 agents, one step of the env's
+    feature network on ``batch_size`` finished episodes), so a budget of ``iterations``
+    means ``iterations × batch_size`` images everywhere; k_cpt is a cost per MAC."""
 
     agent: str = "actor"
     policy: str | None = None  # None: the agent's default (AGENT_POLICIES)
@@ -73,6 +86,9 @@ class TrainConfig:
     arch: str | None = None  # None: the task's default (static-8 for the static agent, chain for the others)
     width: int = 1
     k_cpt: float | str = 4e-9  # a cost per MAC, or "dynamic" (sampled from K_CPT_VALUES)
+    cost: str = "macs"  # what c_cpt charges: "macs", or "latency" (measured, in MAC-equivalents)
+    latency_batch: int | None = None  # batch size the latency is profiled at; None: batch_size
+    latency_profile: str | None = None  # a profile JSON measured on the inference device; None: profile here
     preset: str = DEFAULT_PRESET
     iterations: int = 4_000
     batch_size: int = 128
@@ -81,13 +97,16 @@ class TrainConfig:
     momentum: float = 0.9
     tau: float | None = None  # None: 1.0 for the actor, 0.1 for critics
     tau_half_life: int = 500
-    epsilon: float = 0.1
+    epsilon: float | None = None  # None: 1.0 for critics (annealed), 0.1 for DQN (its final ε)
     epsilon_half_life: int = 500
     k_dec: float = 0.01
     k_ure: float = 0.001
     k_l2: float = 1e-4
     talr: bool = True
-    execution: str | None = None  # None: full tree for the actor and softmax critics, sampled for ε-greedy/greedy
+    channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
+    compile: bool = False  # torch.compile of the full evaluation
+    execution: str | None = None  # None: full tree (actor, softmax critics, SB3 joint training), sampled for ε-greedy/greedy
+    side_heads: bool = True  # sampled critics: train every head whose input the path computed
     error_cost: str = "cross_entropy"
     utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
     probability_floor: float = 1e-6
@@ -102,11 +121,15 @@ class TrainConfig:
     download: bool = True  # False: never try torchvision's downloaders
     logdir: str = "runs"
     run_name: str | None = None
-    extra: dict = field(default_factory=dict)  # agent-specific settings that have no flag
+    n_envs: int = 256  # SB3 agents: examples in flight in the vector env
+    sb3_kwargs: dict = field(default_factory=dict)  # SB3 agents: keyword arguments over agents.sb3.sb3_kwargs
+
+    def __post_init__(self) -> None:
+        self.agent = AGENT_ALIASES.get(self.agent, self.agent)
 
     @property
     def dynamic_k_cpt(self) -> bool:
-        return self.k_cpt == "dynamic"
+        return self.k_cpt == DYNAMIC
 
     @property
     def resolved_policy(self) -> str | None:
@@ -120,9 +143,17 @@ class TrainConfig:
         return 1.0 if self.agent == "actor" else 0.1
 
     @property
+    def resolved_epsilon(self) -> float:
+        if self.epsilon is not None:
+            return self.epsilon
+        return 0.1 if self.agent == "dqn" else 1.0
+
+    @property
     def resolved_execution(self) -> str:
         if self.execution is not None:
             return self.execution
+        if self.agent in SB3_AGENTS:  # the env's joint training: every head on every image
+            return "full"
         return "sampled" if self.resolved_policy in ("eps-greedy", "greedy") else "full"
 
     def validate(self, archs: Sequence[str] | None = None) -> TrainConfig:
@@ -156,8 +187,16 @@ class TrainConfig:
             raise ValueError(f"threshold early exit puts a head on every column of a chain, got --arch {self.arch}; use --arch chain")
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        if self.k_cpt != "dynamic":
-            self.k_cpt = check_k_cpt(self.k_cpt)
+        self.k_cpt = check_k_cpt(self.k_cpt)
+        if self.cost not in COSTS:
+            raise ValueError(f"unknown cost {self.cost!r}; choose one of {', '.join(COSTS)}")
+        if self.latency_batch is not None and (isinstance(self.latency_batch, bool) or not isinstance(self.latency_batch, int)
+                                               or self.latency_batch < 1):
+            raise ValueError(f"latency_batch must be a positive integer, got {self.latency_batch!r}")
+        if self.cost != "latency" and (self.latency_batch is not None or self.latency_profile is not None):
+            raise ValueError("--latency-batch and --latency-profile belong to the latency cost; add --cost latency")
+        if self.compile and self.agent in SB3_AGENTS:
+            raise ValueError(f"--compile speeds up the gradient learners' steps; {self.agent} trains through SB3, drop --compile")
         if self.dynamic_k_cpt and self.agent in ("static", "threshold"):
             raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
         for name in ("error_cost", "utility_error"):
@@ -172,18 +211,36 @@ class TrainConfig:
             raise ValueError(f"unknown execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
         if self.agent == "actor" and self.resolved_execution != "full":
             raise ValueError("the actor needs the full tree (exact expectations); drop --execution=sampled")
-        for name in ("iterations", "batch_size", "width"):
+        if not isinstance(self.sb3_kwargs, dict):
+            raise ValueError(f"sb3_kwargs must be a JSON object of SB3 keyword arguments, got {self.sb3_kwargs!r}")
+        if self.sb3_kwargs:
+            self._check_sb3_kwargs()
+        for name in ("iterations", "batch_size", "width", "n_envs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         for name in ("lr", "lr_half_life", "tau_half_life", "epsilon_half_life", "eval_every", "checkpoint_every"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not 0.0 <= self.epsilon <= 1.0:
+        if not 0.0 <= self.resolved_epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon!r}")
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}")
         return self
+
+    def _check_sb3_kwargs(self) -> None:
+        if self.agent not in SB3_AGENTS:
+            raise ValueError(f"sb3_kwargs configure the SB3 agents ({', '.join(SB3_AGENTS)}), not {self.agent!r}; drop --sb3-kwargs")
+        import inspect
+
+        import stable_baselines3
+
+        algorithm = getattr(stable_baselines3, self.agent.upper())
+        accepted = set(inspect.signature(algorithm.__init__).parameters) - {"self", "policy", "env"}
+        unknown = sorted(set(self.sb3_kwargs) - accepted)
+        if unknown:
+            raise ValueError(f"{self.agent.upper()} takes no keyword argument {', '.join(unknown)}; "
+                             f"choose among {', '.join(sorted(accepted))}")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -191,6 +248,9 @@ class TrainConfig:
     @classmethod
     def from_json(cls, text: str) -> TrainConfig:
         values = json.loads(text)
+        if values.pop("extra", {}):  # earlier configs: SB3 settings, now n_envs and sb3_kwargs, counted env steps
+            raise ValueError("this config was written before --n-envs and --sb3-kwargs, when SB3 iterations were "
+                             "environment steps; start a new run")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - known
         if unknown:

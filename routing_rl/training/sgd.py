@@ -135,7 +135,7 @@ def training_policy(config: TrainConfig) -> TrainingPolicy:
     if name == "softmax":
         return TrainingPolicy(name, config.resolved_tau, config.tau_half_life, config.probability_floor)
     if name == "eps-greedy":
-        return TrainingPolicy(name, config.epsilon, config.epsilon_half_life, config.probability_floor)
+        return TrainingPolicy(name, config.resolved_epsilon, config.epsilon_half_life, config.probability_floor)
     return TrainingPolicy(name, 0.0, 1.0, config.probability_floor)
 
 

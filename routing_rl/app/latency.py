@@ -1,0 +1,177 @@
+"""MAC-cost against latency-cost routing, on the clock: profiles, wall time, table and figure.
+
+* ``python experiments/profile_latency.py --arch chain --batch-size 64 --device cpu --out p.json``
+  times every node and router of a fresh net on the device that will run inference; train
+  with ``--cost latency --latency-profile p.json`` (e.g. on a GPU) to charge those times.
+* ``python experiments/latency_report.py RUN_DIR ... --batch-sizes 1 64 256 --out DIR`` loads
+  each finished run's net, evaluates its test accuracy and measures the wall time per
+  example of dynamic execution at each batch size — the runs interleaved in rounds, the
+  median of the rounds — and writes ``latency.csv``, ``accuracy_time.png`` (accuracy/MACs
+  beside accuracy/time) and ``latency.md``: for every latency-cost point, the fastest
+  MAC-cost point within 0.5 accuracy point, and their ratio of time per example.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from routing_rl.app.plots import accuracy_time_figure, write_csv
+from routing_rl.app.runs import METRICS_FILE, load_run, prepare_data, resolve_device
+from routing_rl.core.execution import dynamic
+from routing_rl.core.k_cpt import eval_values
+from routing_rl.core.latency import latency_cost, profile_latency
+from routing_rl.core.graph import RoutedNet
+from routing_rl.nets.multiscale import build
+from routing_rl.training.cost import write_cost_model
+from routing_rl.training.evaluate import evaluate
+
+TOLERANCE = 0.005
+"""Equal accuracy: within half a percentage point."""
+
+
+@torch.no_grad()
+def seconds_per_example(net: RoutedNet, images: torch.Tensor, k_cpt: float, batch_size: int) -> float:
+    """Wall time of dynamic execution of ``images`` in batches of ``batch_size``, per example."""
+    device = net.leaf_macs.device
+    k = k_cpt if net.k_cpt_input else None
+    start = time.perf_counter()
+    for first in range(0, len(images), batch_size):
+        dynamic(net, images[first : first + batch_size], k)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) / len(images)
+
+
+def measure(run_dirs: list[Path], batch_sizes: list[int], examples: int = 1000, repeats: int = 5,
+            device: str = "cpu") -> list[dict]:
+    """One point per run, k_cpt (every value of a dynamic one) and batch size: ``series``,
+    ``run``, ``cost``, ``k_cpt``, ``batch_size``, ``accuracy`` and ``mean_macs`` on the run's
+    test split, ``seconds_per_image`` (median over ``repeats`` interleaved rounds on the first
+    ``examples`` test images) and the ``threads`` used."""
+    device = resolve_device(device)
+    entries = []
+    for run_dir in map(Path, run_dirs):
+        if not (run_dir / METRICS_FILE).is_file():
+            raise ValueError(f"{run_dir} has not finished (no {METRICS_FILE}); resume it or leave it out")
+        config, task, net = load_run(run_dir, device)
+        *_, test = prepare_data(config, task)
+        images = test.images[:examples].to(device)
+        for k_cpt in eval_values(config.k_cpt):
+            result = evaluate(net, test, k_cpt)
+            entries.append(({"series": f"{config.agent}, {config.cost} cost", "run": str(run_dir), "cost": config.cost,
+                             "k_cpt": k_cpt, "accuracy": result["accuracy"], "mean_macs": result["mean_macs"]},
+                            net, images))
+    times = {(i, b): [] for i in range(len(entries)) for b in batch_sizes}
+    for round_ in range(repeats + 1):  # round 0 warms up
+        for i, (point, net, images) in enumerate(entries):
+            for batch_size in batch_sizes:
+                seconds = seconds_per_example(net, images, point["k_cpt"], batch_size)
+                if round_:
+                    times[i, batch_size].append(seconds)
+    return [
+        {**point, "batch_size": b, "seconds_per_image": statistics.median(times[i, b]), "threads": torch.get_num_threads()}
+        for i, (point, _, _) in enumerate(entries) for b in batch_sizes
+    ]
+
+
+def matches(points: list[dict], tolerance: float = TOLERANCE) -> list[dict]:
+    """For every latency-cost point, the fastest MAC-cost point of the same batch size within
+    ``tolerance`` accuracy, and ``time_ratio`` = latency point's time / that point's."""
+    out = []
+    for point in points:
+        if point["cost"] != "latency":
+            continue
+        rivals = [p for p in points if p["cost"] == "macs" and p["batch_size"] == point["batch_size"]
+                  and abs(p["accuracy"] - point["accuracy"]) <= tolerance]
+        if rivals:
+            rival = min(rivals, key=lambda p: p["seconds_per_image"])
+            out.append({"batch_size": point["batch_size"], "latency": point, "macs": rival,
+                        "time_ratio": point["seconds_per_image"] / rival["seconds_per_image"]})
+    return out
+
+
+def markdown(points: list[dict], found: list[dict]) -> str:
+    lines = ["| cost | k_cpt | batch | accuracy | mean MACs | µs per example |", "| --- | --- | --- | --- | --- | --- |"]
+    for p in sorted(points, key=lambda p: (p["batch_size"], p["cost"], p["k_cpt"])):
+        lines.append(f"| {p['cost']} | {p['k_cpt']:g} | {p['batch_size']} | {100 * p['accuracy']:.2f}% | "
+                     f"{p['mean_macs'] / 1e6:.2f}M | {1e6 * p['seconds_per_image']:.1f} |")
+    lines += ["", f"Latency-cost points against the fastest MAC-cost point within {100 * TOLERANCE:.1f} accuracy point:", "",
+              "| batch | latency k_cpt | accuracy | µs | MAC k_cpt | accuracy | µs | time ratio |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for m in found:
+        a, b = m["latency"], m["macs"]
+        lines.append(f"| {m['batch_size']} | {a['k_cpt']:g} | {100 * a['accuracy']:.2f}% | {1e6 * a['seconds_per_image']:.1f} | "
+                     f"{b['k_cpt']:g} | {100 * b['accuracy']:.2f}% | {1e6 * b['seconds_per_image']:.1f} | {m['time_ratio']:.3f} |")
+    if not found:
+        lines.append("| (no latency-cost point has a MAC-cost point within the tolerance) |||||||")
+    return "\n".join(lines) + "\n"
+
+
+def write_latency_report(points: list[dict], out_dir: Path) -> list[Path]:
+    """``latency.csv``, ``latency.md`` and one ``accuracy_time_b{batch}.png`` per batch size."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [out_dir / "latency.csv", out_dir / "latency.md"]
+    write_csv(written[0], points)
+    written[1].write_text(markdown(points, matches(points)))
+    for batch_size in sorted({p["batch_size"] for p in points}):
+        figure = accuracy_time_figure([p for p in points if p["batch_size"] == batch_size],
+                                      f"dynamic execution at batch {batch_size} (torch threads: {points[0]['threads']})")
+        path = out_dir / f"accuracy_time_b{batch_size}.png"
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def report_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="latency_report.py", description="MAC-cost vs latency-cost routing on the clock.")
+    parser.add_argument("runs", nargs="+", help="finished run directories (--cost macs and --cost latency)")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 64, 256], help="inference batch sizes (default: 1 64 256)")
+    parser.add_argument("--examples", type=int, default=1000, help="test images timed per round (default: 1000)")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (default: 5)")
+    parser.add_argument("--device", default="cpu", help="device to time on (default: cpu)")
+    parser.add_argument("--out", default="figures/latency", help="output folder (default: figures/latency)")
+    args = parser.parse_args(argv)
+    try:
+        points = measure(args.runs, args.batch_sizes, args.examples, args.repeats, args.device)
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    written = write_latency_report(points, args.out)
+    print((Path(args.out) / "latency.md").read_text())
+    print("\n".join(map(str, written)))
+    return 0
+
+
+def profile_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="profile_latency.py", description="Time every node and router of a net on this device.")
+    parser.add_argument("--arch", default="chain", help="chain or tree (default: chain)")
+    parser.add_argument("--width", type=int, default=1)
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--k-cpt-input", action="store_true", help="routers read k_cpt (for --k-cpt dynamic runs)")
+    parser.add_argument("--batch-size", type=int, default=64, help="inference batch size to profile at (default: 64)")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--device", default="cpu", help="device (default: cpu)")
+    parser.add_argument("--out", required=True, help="JSON file to write (give it to --latency-profile)")
+    args = parser.parse_args(argv)
+    try:
+        net = build(args.arch, args.width, args.classes, k_cpt_input=args.k_cpt_input).to(resolve_device(args.device))
+        model = latency_cost(net, profile_latency(net, args.batch_size, repeats=args.repeats))
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    write_cost_model(Path(args.out), model)
+    print(json.dumps({name: round(cost) for name, cost in model.node.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(report_main())

@@ -1,0 +1,67 @@
+"""--channels-last and --compile: their training steps equal eager ones on a tiny convolutional tree."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from routing_rl.agents.actor import ActorLearner
+from routing_rl.core.graph import Node, RoutedNet
+from routing_rl.data import Split
+from routing_rl.nets.router import Router
+from routing_rl.training.acceleration import accelerate, compiler_missing
+from routing_rl.training.config import make_config
+
+CPU = torch.device("cpu")
+
+
+def tiny_conv_tree() -> RoutedNet:
+    """root (conv, BN, ReLU, max pool) -> exit head, or one more conv block -> head."""
+
+    def block(c_in: int) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(c_in, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2))
+
+    def head() -> nn.Module:
+        return nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
+
+    nodes = {
+        "root": Node(block(3), ["exit", "deeper"], Router(64, 2)),
+        "exit": Node(nn.Sequential(nn.Flatten(), nn.Linear(64, 3))),
+        "deeper": Node(block(4), ["last"]),
+        "last": Node(head()),
+    }
+    return RoutedNet(nodes, root="root", input_shape=(3, 8, 8), classes=3)
+
+
+def batch(seed: int) -> Split:
+    generator = torch.Generator().manual_seed(seed)
+    return Split(torch.rand(16, 3, 8, 8, generator=generator), torch.randint(3, (16,), generator=generator),
+                 torch.zeros(16, dtype=torch.long))
+
+
+@pytest.mark.parametrize("options", [dict(channels_last=True), dict(channels_last=True, compile=True)],
+                         ids=["channels-last", "channels-last+compile"])
+def test_accelerated_actor_steps_equal_eager_ones(options):
+    reason = compiler_missing(CPU)
+    if options.get("compile") and reason:
+        pytest.skip(f"torch.compile cannot build CPU kernels here: {reason}")
+    torch.manual_seed(0)
+    eager_net = tiny_conv_tree()
+    compiled_net = accelerate(copy.deepcopy(eager_net), **options)
+    assert compiled_net.nodes["root"].transform[0].weight.is_contiguous(memory_format=torch.channels_last)
+    config = make_config("smoke", agent="actor", lr=0.01)
+    eager, compiled = ActorLearner(eager_net, config, CPU), ActorLearner(compiled_net, config, CPU)
+    for iteration in range(3):
+        expected = eager.train_step(batch(iteration), iteration)
+        got = compiled.train_step(batch(iteration), iteration)
+        assert got == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    for (name, p), q in zip(eager_net.named_parameters(), compiled_net.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=lambda text, name=name: f"{name}: {text}")
+    assert list(compiled_net.state_dict()) == list(eager_net.state_dict()), "checkpoints are interchangeable"
+
+
+def test_compile_is_for_the_gradient_learners():
+    assert make_config("smoke", agent="actor", compile=True).compile
+    with pytest.raises(ValueError, match="drop --compile"):
+        make_config("smoke", agent="ppo", compile=True)
