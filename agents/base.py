@@ -103,10 +103,6 @@ class SGDLearner(Learner):
         self.dtype = self.sgd.dtype
         self.leaf_macs = net.leaf_macs.to(self.dtype)
         self.leaf_cost = self.cost.leaf_cost(self.leaf_macs)
-
-    def sample_k_cpt(self, batch_size: int) -> torch.Tensor:
-        """``(B,)`` k_cpt of each training example."""
-        return self.k_cpt.sample(batch_size, self.generator, self.dtype, self.device)
         self.distributed: Distributed | None = None
 
     def distribute(self, distributed: Distributed) -> None:

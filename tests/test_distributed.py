@@ -112,6 +112,8 @@ def one_process_group(monkeypatch):
 
 def assert_same_run(got: dict, expected: dict, parameters: bool = True, rel: float = 1e-4) -> None:
     for name, value in expected["net"].items() if parameters else ():
+        if "running_" in name:  # a sampled critic recalibrates them on routed training images
+            continue
         difference = (got["net"][name].double() - value.double()).norm()
         assert difference <= 1e-4 * value.double().norm() + 1e-5 * value.numel() ** 0.5, name
     assert len(got["progress"]) == len(expected["progress"]) == STEPS

@@ -177,7 +177,8 @@ class SyncedBatchNorm(_BatchNorm):
     example at all (a routed node that only other processes' examples reached); it still
     takes part. The count never leaves the device (no wait for the GPU): the running
     statistics move only where it exceeds one, as when one process runs the layer on the
-    global batch or skips it. Without a process group or in eval mode it is plain batch norm.
+    global batch or skips it. Without a process group, in eval mode, or without gradients
+    (recalibrating running statistics on data every process holds whole) it is plain batch norm.
 
     Args:
         lone_example_running_stats: with one value per channel in the global batch, normalise
@@ -195,7 +196,7 @@ class SyncedBatchNorm(_BatchNorm):
             raise ValueError(f"expected at least 2D input (got {x.dim()}D input)")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (self.training and dist.is_initialized()):
+        if not (self.training and torch.is_grad_enabled() and dist.is_initialized()):
             return super().forward(x)
         self._check_input_dim(x)
         channels = x.shape[1]
@@ -211,10 +212,12 @@ class SyncedBatchNorm(_BatchNorm):
         variance = _SumOverProcesses.apply(centred.square().sum(dims)) / count.clamp_min(1)
         with torch.no_grad():
             moves = count > 1
-            unbiased = variance * (count / (count - 1).clamp_min(1))
-            self.running_mean.copy_(torch.where(moves, self.running_mean.lerp(mean, self.momentum), self.running_mean))
-            self.running_var.copy_(torch.where(moves, self.running_var.lerp(unbiased, self.momentum), self.running_var))
             self.num_batches_tracked.add_(moves.long())
+            # momentum None: a cumulative average, as torch's batch norm keeps then
+            factor = self.momentum if self.momentum is not None else 1.0 / self.num_batches_tracked.clamp_min(1).to(mean.dtype)
+            unbiased = variance * (count / (count - 1).clamp_min(1))
+            self.running_mean.copy_(torch.where(moves, self.running_mean.lerp(mean, factor), self.running_mean))
+            self.running_var.copy_(torch.where(moves, self.running_var.lerp(unbiased, factor), self.running_var))
         out = centred * (torch.rsqrt(variance + self.eps) * self.weight).view(shape) + self.bias.view(shape)
         return torch.where(count == 1, lone, out) if self.lone_example_running_stats else out
 
@@ -224,8 +227,8 @@ def synchronise_batch_norm(module: nn.Module) -> nn.Module:
     shares its parameters and buffers (optimisers and state-dict keys are unaffected)."""
     for name, child in module.named_children():
         if isinstance(child, _BatchNorm) and not isinstance(child, SyncedBatchNorm):
-            if not (child.affine and child.track_running_stats and child.momentum is not None):
-                raise ValueError(f"{name}: only affine batch norm with running statistics and a momentum can be synchronised")
+            if not (child.affine and child.track_running_stats):
+                raise ValueError(f"{name}: only affine batch norm with running statistics can be synchronised")
             synced = SyncedBatchNorm(child.num_features, child.eps, child.momentum,
                                      lone_example_running_stats=isinstance(child, RouterBatchNorm))
             synced.weight, synced.bias = child.weight, child.bias
