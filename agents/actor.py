@@ -57,7 +57,7 @@ class ActorLearner(SGDLearner):
         reach_junction = reach.detach()[:, self.junction_columns]
         decisiveness = torch.stack([out.scores[j].square().sum(1) for j in self.net.junctions], dim=1)
         c_dec = self.config.k_dec * (reach_junction * decisiveness).sum(1).mean()
-        c_mod = self.c_mod(reach.detach().mean(0))
+        c_mod = self.c_mod(self.batch_mean(reach.detach()))
         p_leaf = p_leaf.detach()
         return {
             "c_err": c_err,

@@ -25,6 +25,7 @@ from routing_rl.data import Split
 from routing_rl.core.execution import Decide, argmax_decide
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel, KCpt
+from routing_rl.training.distributed import Distributed, synchronise_batch_norm
 from routing_rl.training.sgd import RoutedSGD, SGDOptions, scalars
 
 
@@ -102,10 +103,27 @@ class SGDLearner(Learner):
         self.dtype = self.sgd.dtype
         self.leaf_macs = net.leaf_macs.to(self.dtype)
         self.leaf_cost = self.cost.leaf_cost(self.leaf_macs)
+        self.distributed: Distributed | None = None
+
+    def distribute(self, distributed: Distributed) -> None:
+        """Train as one of ``distributed.world_size`` processes, each on its shard of every
+        global batch of ``config.batch_size``: batch norm over the global batch, gradients and
+        batch means summed across processes (see :mod:`routing_rl.training.distributed`)."""
+        self.distributed = distributed
+        self.shard = distributed.shard(self.config.batch_size)
+        self.sgd.distribute(distributed, distributed.share(self.config.batch_size))
+        synchronise_batch_norm(self.net)
+
+    def batch_mean(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` ``(b, ...)`` averaged over the batch; across processes, over the global batch."""
+        return values.mean(0) if self.distributed is None else self.distributed.batch_mean(values)
 
     def sample_k_cpt(self, batch_size: int) -> torch.Tensor:
-        """``(B,)`` k_cpt of each training example."""
-        return self.k_cpt.sample(batch_size, self.generator, self.dtype, self.device)
+        """``(B,)`` k_cpt of each training example (across processes: the draws of the global
+        batch, this process's shard of them)."""
+        if self.distributed is None:
+            return self.k_cpt.sample(batch_size, self.generator, self.dtype, self.device)
+        return self.k_cpt.sample(self.config.batch_size, self.generator, self.dtype, self.device)[self.shard]
 
     def c_mod(self, usage: torch.Tensor | None = None) -> torch.Tensor:
         """c_mod of the net; see :meth:`RoutedSGD.c_mod`."""

@@ -112,7 +112,7 @@ from routing_rl.data import Split
 from routing_rl.core.execution import RoutedOutput, argmax_decide, route
 from routing_rl.core.graph import FullOutput, RoutedNet
 from routing_rl.core.k_cpt import CostModel, c_cpt, expected_c_cpt
-from routing_rl.core.policies import sample
+from routing_rl.core.policies import sample, sample_with
 from routing_rl.training.batchnorm import recalibrate
 
 CALIBRATION_IMAGES = 4096
@@ -243,7 +243,7 @@ class CriticLearner(SGDLearner):
             "c_err": (p_leaf * errors).sum(1).mean(),
             "c_cpt": expected_c_cpt(p_leaf, k_cpt, self.leaf_cost),
             "c_ure": self.config.k_ure * (reach_junction * regression).sum(1).mean(),
-            "c_mod": self.c_mod(reach.mean(0)),
+            "c_mod": self.c_mod(self.batch_mean(reach)),
             "reach": reach,
             "targets": targets,
             "accuracy": (p_leaf * leaf_correct(self.net, out, labels)).sum(1).mean(),
@@ -251,8 +251,15 @@ class CriticLearner(SGDLearner):
         }
 
     def _sampled_losses(self, batch: Split, iteration: int, k_cpt: torch.Tensor) -> dict[str, torch.Tensor]:
-        decide = sample(self.policy, iteration, self.generator)
-        routed = route(self.net, batch.images, decide, k_cpt if self.net.k_cpt_input else None, self.side_heads)
+        k_cpt_input = k_cpt if self.net.k_cpt_input else None
+        if self.distributed is None:
+            decide, global_counts = sample(self.policy, iteration, self.generator), None
+        else:  # decisions drawn for the global batch, so that they do not depend on the process
+            draws = torch.rand(len(self.net.junctions), self.config.batch_size, generator=self.generator,
+                               device=self.device)[:, self.shard]
+            decide = sample_with(self.policy, iteration, dict(zip(self.net.junctions, draws)))
+            global_counts = self.distributed.sum
+        routed = route(self.net, batch.images, decide, k_cpt_input, self.side_heads, global_counts)
         labels, size = batch.labels, len(batch)
         errors = error_cost(routed.logits, labels, self.config.error_cost)
         utility_errors = errors.detach() if self.same_error else error_cost(routed.logits, labels, self.config.utility_error)
@@ -277,7 +284,7 @@ class CriticLearner(SGDLearner):
             "c_err": c_err,
             "c_cpt": c_cpt(k_cpt, self.leaf_cost[routed.leaf]).mean(),
             "c_ure": self.config.k_ure * torch.stack(squared).sum() / size,
-            "c_mod": self.c_mod(reach.mean(0)),
+            "c_mod": self.c_mod(self.batch_mean(reach)),
             "reach": reach,
             "targets": targets,
             "accuracy": (routed.pred == labels).float().mean(),

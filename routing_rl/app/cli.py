@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 from routing_rl.training.config import (
@@ -189,12 +190,16 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted; the last checkpoint is saved, continue with --resume", file=sys.stderr)
         return 130
-    if args.json:
-        print(json.dumps({k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}, indent=2))
-    else:
-        print(summary_text(metrics))
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for every process
+        if args.json:
+            print(json.dumps({k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}, indent=2))
+        else:
+            print(summary_text(metrics))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(prog="python -m routing_rl.app.cli"))
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    # under torchrun, a process's uncaught error reaches the launcher's failure summary
+    sys.exit(record(main)(prog="python -m routing_rl.app.cli"))

@@ -13,6 +13,11 @@ A run directory holds::
 Nothing is created or deleted before the config, the device, the data and the memory
 needed have been checked; ``overwrite`` then removes only the files a run writes
 (:func:`run_files`), never anything else in the folder.
+
+Under ``torchrun`` (detected from its environment variables) every process trains its shard
+of each batch and only rank 0 creates the run directory and writes into it; every process
+reads ``config.json`` and ``checkpoint.pt`` on ``--resume``, so across machines the logdir
+must be on a filesystem they share.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, sav
 from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
 from routing_rl.training.footprint import check_fits
 from routing_rl.training.guard import NonFiniteLossError
+from routing_rl.training.distributed import Distributed
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.task import RoutingTask, task_from_env
 from routing_rl.app.describe import summary
@@ -60,6 +66,24 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RunError(f"device {name!r} asked for, but CUDA is not available here; use --device=cpu or auto")
     return device
+
+
+def join_processes(config: TrainConfig, device: torch.device) -> tuple[Distributed | None, torch.device]:
+    """This process's place among torchrun's processes (None outside torchrun), joined to
+    their process group, and the device it trains on."""
+    try:
+        distributed = Distributed.from_env()
+        if distributed is None:
+            return None, device
+        if config.agent in SB3_AGENTS and distributed.world_size > 1:
+            raise RunError(f"the SB3 agents ({', '.join(SB3_AGENTS)}) train in one process; start {config.agent} "
+                           "without torchrun or with --nproc_per_node=1")
+        distributed.shard(config.batch_size)
+        device = distributed.place(device)
+    except ValueError as error:
+        raise RunError(str(error)) from None
+    distributed.start(device)
+    return distributed, device
 
 
 def task_for(config: TrainConfig | dict) -> RoutingTask:
@@ -225,6 +249,7 @@ def train(
             return json.loads((run_dir / METRICS_FILE).read_text())
         if not has_checkpoint(run_dir, config):
             raise RunError(f"{run_dir} has no {CHECKPOINT_FILE} to resume from; start it again without --resume")
+        distributed, device = join_processes(config, resolve_device(config.device))
     else:
         if config is None:
             raise RunError("give a config to start a run, or a run directory to resume")
@@ -232,9 +257,20 @@ def train(
             check_config(config, task_for(config))
         except ValueError as error:
             raise RunError(str(error)) from None
+        distributed, device = join_processes(config, resolve_device(config.device))
         run_dir = run_directory(config)
+        if distributed is not None:  # the default name holds the time: rank 0's
+            run_dir = distributed.broadcast(run_dir if distributed.is_main else None)
         check_new_run_directory(run_dir, overwrite)
-    device = resolve_device(config.device)
+    try:
+        return _train(config, run_dir, device, resume, distributed)
+    finally:
+        if distributed is not None:
+            distributed.stop()
+
+
+def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Path | None,
+           distributed: Distributed | None) -> dict:
     torch.manual_seed(config.seed)
     task = task_for(config)
     try:
@@ -243,10 +279,13 @@ def train(
         check_fits(config, lambda width: task.build_net(config.arch, width, config.dynamic_k_cpt), device, on_device)
     except (ValueError, MemoryError) as error:  # unknown dataset names, partial copies, too large: the user's to fix
         raise RunError(str(error)) from None
-    if resume is None:
-        create_run_directory(run_dir, config)
-    for folder in (run_dir, run_dir / "checkpoints"):
-        remove_stale_temporaries(folder)
+    if distributed is None or distributed.is_main:
+        if resume is None:
+            create_run_directory(run_dir, config)
+        for folder in (run_dir, run_dir / "checkpoints"):
+            remove_stale_temporaries(folder)
+    if distributed is not None:  # the other processes wait for rank 0's folder
+        distributed.broadcast(run_dir if distributed.is_main else None)
     from routing_rl.agents.registry import build_net
 
     try:
@@ -263,7 +302,7 @@ def train(
             history, wall = result.history, time.perf_counter() - started
         else:
             net, evaluations, history, wall = _train_learner(config, task, train_part, validation, test, run_dir,
-                                                             device, resume, cost)
+                                                             device, resume, cost, distributed)
     except CheckpointError as error:  # names the file already
         raise RunError(str(error)) from None
     except NonFiniteLossError as error:
@@ -291,20 +330,24 @@ def train(
         "history": history,
         "config": json.loads(config.to_json()),
     }
-    atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2))
+    if distributed is None or distributed.is_main:
+        atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2))
     return metrics
 
 
-def _train_learner(config, task, train_part, validation, test, run_dir, device, resume, cost):
+def _train_learner(config, task, train_part, validation, test, run_dir, device, resume, cost, distributed=None):
     from routing_rl.agents.registry import make_learner
     from routing_rl.app.plots import node_link_figure
     from routing_rl.app.trainer import fit
 
     learner = make_learner(config, task, device, cost)
+    if distributed is not None:
+        learner.distribute(distributed)
+    writes = distributed is None or distributed.is_main  # every process trains and evaluates; rank 0 writes
     train_part, validation, test = task.examples(train_part), task.examples(validation), task.examples(test)
     checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device) if resume else None
     start = checkpoint["training_state"]["iteration"] if checkpoint else 0
-    monitor = Monitor(run_dir, total=config.iterations, initial=start, description=f"{config.agent} {config.arch}")
+    monitor = Monitor(run_dir, total=config.iterations, initial=start, description=f"{config.agent} {config.arch}") if writes else None
     structure = summary(learner.net)
 
     def draw(entry: dict) -> None:
@@ -318,10 +361,11 @@ def _train_learner(config, task, train_part, validation, test, run_dir, device, 
             validation,
             config,
             monitor,
-            save=lambda ckpt: save_checkpoint(run_dir / CHECKPOINT_FILE, ckpt),
+            save=(lambda ckpt: save_checkpoint(run_dir / CHECKPOINT_FILE, ckpt)) if writes else None,
             resume=checkpoint,
-            after_validation=draw,
+            after_validation=draw if writes else None,
             task=task,
+            distributed=distributed,
         )
         evaluations = []
         for fields, k_cpt, decide in learner.evaluation_points(validation):
@@ -329,7 +373,9 @@ def _train_learner(config, task, train_part, validation, test, run_dir, device, 
                                                      sources=task.sources, task=task)})
         final = {"test_accuracy": evaluations[0]["accuracy"], "test_mean_macs": evaluations[0]["mean_macs"]}
         hparams = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("sb3_kwargs", "logdir", "data_dir")}
-        monitor.hparams(hparams, final)
+        if monitor is not None:
+            monitor.hparams(hparams, final)
     finally:
-        monitor.close()
+        if monitor is not None:
+            monitor.close()
     return learner.net, evaluations, state.history, state.train_seconds

@@ -10,6 +10,11 @@ The NaN guard (:mod:`routing_rl.training.guard`): a non-finite loss, non-finite 
 batch-norm statistics before a validation or checkpoint, or non-finite router scores stop
 training with :class:`~routing_rl.training.guard.NonFiniteLossError`; nothing diverged is
 evaluated or saved, so the last checkpoint is the last good state.
+
+Under torchrun (``distributed``) every process draws and augments the same global batch and
+trains on its shard of it (see :mod:`routing_rl.training.distributed`); the logged scalars are
+averaged over the processes. Only the caller decides who writes: it passes ``monitor``,
+``save`` and ``after_validation`` to rank 0 alone.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import torch
 from routing_rl.agents.base import Learner
 from routing_rl.core.policies import halving
 from routing_rl.training.config import TrainConfig
+from routing_rl.training.distributed import Distributed
 from routing_rl.data import Split
 from routing_rl.data import augment as image_augment
 from routing_rl.envs.task import RoutingTask
@@ -116,6 +122,7 @@ def fit(
     resume: dict | None = None,
     after_validation: Callable[[dict], None] | None = None,
     task: RoutingTask | None = None,
+    distributed: Distributed | None = None,
 ) -> TrainingState:
     """Train ``learner`` for ``config.iterations`` iterations.
 
@@ -130,6 +137,8 @@ def fit(
             splits of sequences (``images (N, T, ...)``) batches are the next frames of clips
             in flight with the task's memory carried
             (:class:`~routing_rl.training.episodes.EpisodeSampler`), not augmented.
+        distributed: this process's place among data-parallel processes, whose learner
+            :meth:`~routing_rl.agents.base.SGDLearner.distribute` has prepared; None for one process.
     """
     augment = task.augment if task is not None else image_augment
     device = learner.device
@@ -181,6 +190,10 @@ def fit(
                 index = sampler.next().to(device)
                 images = augment(train.images[index], train.source[index], augment_generator)
                 batch = Split(images, train.labels[index], train.source[index])
+            examples = len(batch)
+            if distributed is not None:
+                shard = distributed.shard(examples)
+                batch = Split(batch.images[shard], batch.labels[shard], batch.source[shard])
             try:
                 stats = learner.train_step(batch, state.iteration)
             except RuntimeError:  # NaN scores stop sampling (torch.multinomial) before any loss exists
@@ -188,6 +201,8 @@ def fit(
                     raise
                 raise NonFiniteLossError(diverged("the weights became non-finite", state.iteration,
                                                   scheduled_lr(config, state.iteration), kept())) from None
+            if distributed is not None:
+                stats = distributed.mean_scalars(stats, distributed.share(examples))
             check_finite(stats["losses/total"], "training loss", state.iteration + 1, scheduled_lr(config, state.iteration), kept())
             state.iteration += 1
             validating = state.iteration % config.eval_every == 0 or state.iteration == config.iterations
@@ -195,7 +210,7 @@ def fit(
                 # the step's loss was finite but its update was not: never evaluate or save such weights
                 raise NonFiniteLossError(diverged("the weights became non-finite", state.iteration,
                                                   scheduled_lr(config, state.iteration - 1), kept()))
-            window_examples += len(batch)
+            window_examples += examples
             if monitor is not None and (state.iteration % LOG_EVERY == 0 or state.iteration == config.iterations):
                 now = time.perf_counter()
                 stats["charts/examples_per_second"] = window_examples / max(now - window_start, 1e-9)

@@ -88,20 +88,39 @@ def argmax_decide(junction: Junction) -> torch.Tensor:
     return junction.scores.argmax(1)
 
 
-def _split(choice: torch.Tensor, n_sinks: int) -> list[tuple[int, torch.Tensor | None]]:
+def _split(
+    choice: torch.Tensor, n_sinks: int, global_counts: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> list[tuple[int, torch.Tensor | None]]:
     """``[(sink number, positions), ...]`` for the sinks some example chose; positions are
-    indices into ``choice``, ascending, or None when every example chose that sink."""
-    if choice.numel() == 1:
-        return [(int(choice), None)]
-    counts = torch.bincount(choice, minlength=n_sinks).tolist()
-    if max(counts) == choice.numel():
-        return [(counts.index(choice.numel()), None)]
+    indices into ``choice``, ascending, or None when every example chose that sink. With
+    ``global_counts`` (see :func:`route`), the sinks some process's example chose: every
+    process gets the same sinks in the same order, some with no positions here."""
+    if global_counts is None:
+        if choice.numel() == 1:
+            return [(int(choice), None)]
+        counts = torch.bincount(choice, minlength=n_sinks).tolist()
+        runs = [count > 0 for count in counts]
+    else:
+        local = torch.bincount(choice, minlength=n_sinks)
+        runs = (global_counts(local) > 0).tolist()
+        counts = local.tolist()
+    if max(counts) == choice.numel():  # every example here (if any) chose one sink
+        whole = counts.index(choice.numel()) if choice.numel() else None
+        none_here = choice.new_empty(0)
+        return [(k, None if whole in (k, None) else none_here) for k in range(n_sinks) if runs[k]]
     # one stable sort instead of a comparison and a nonzero per sink
     groups = torch.argsort(choice, stable=True).split(counts)
-    return [(sink_number, positions) for sink_number, positions in enumerate(groups) if counts[sink_number]]
+    return [(sink_number, positions) for sink_number, positions in enumerate(groups) if runs[sink_number]]
 
 
-def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None, side_heads: bool = False) -> RoutedOutput:
+def route(
+    net: RoutedNet,
+    x: torch.Tensor,
+    decide: Decide,
+    k_cpt=None,
+    side_heads: bool = False,
+    global_counts: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> RoutedOutput:
     """Run each example along the path ``decide`` picks, computing only what is on it.
 
     Differentiable: gradients reach every transform, router and head an example passed
@@ -114,6 +133,12 @@ def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None, side_head
     0.1% of a column's); ``RoutedOutput.macs`` still counts the path alone. Training uses it
     to give every head, and the exit utility of every junction, all the examples whose path
     passed by (see :mod:`routing_rl.agents.critic`).
+
+    ``global_counts`` is for data-parallel training, where ``x`` is one process's shard: it
+    maps this shard's ``(n_sinks,)`` example counts at a junction to the counts over every
+    process. A sink then runs (possibly on no example) wherever any process sends examples
+    to it, so that every process runs the same nodes in the same order and their batch-norm
+    statistics are reduced in step; ``visits`` then also holds such empty runs.
     """
     net.check_input(x)
     net.check_k_cpt(k_cpt)
@@ -145,7 +170,7 @@ def route(net: RoutedNet, x: torch.Tensor, decide: Decide, k_cpt=None, side_head
                 if net.nodes[sink].is_leaf:
                     head = net.nodes[sink]
                     heads[sink] = (index, head(head.reads(state), node_k_cpt).state)
-        for sink_number, chosen in _split(choice, len(node.sinks)):
+        for sink_number, chosen in _split(choice, len(node.sinks), global_counts):
             sink = node.sinks[sink_number]
             if sink in heads:  # a side head: it has run on every example here
                 _, logits = heads[sink]

@@ -10,7 +10,8 @@ probability (the authors' release mixed in 1e-6). The temperature and epsilon de
 continuous halving (:func:`halving`) on the iteration clock.
 
 :func:`sample` turns a policy into a :data:`~routing_rl.core.execution.Decide` that samples one
-sink per example, for sampled-decision training with :func:`~routing_rl.core.execution.route`.
+sink per example, for sampled-decision training with :func:`~routing_rl.core.execution.route`;
+:func:`sample_with` does the same from uniform numbers drawn in advance for every example.
 """
 
 from __future__ import annotations
@@ -119,5 +120,22 @@ def sample(policy: TrainingPolicy, iteration: float, generator: torch.Generator 
     def decide(junction: Junction) -> torch.Tensor:
         p = policy.probabilities(junction.scores.detach(), iteration)
         return torch.multinomial(p, 1, generator=generator).squeeze(1)
+
+    return decide
+
+
+def sample_with(policy: TrainingPolicy, iteration: float, uniforms: dict[str, torch.Tensor]) -> Decide:
+    """A ``decide`` like :func:`sample` whose randomness is drawn in advance: at junction ``j``
+    example ``i`` of the batch takes the first sink whose cumulative probability exceeds
+    ``uniforms[j][i]`` (inverse CDF; ``uniforms[j]`` ``(B,)`` in [0, 1)).
+
+    Data-parallel training draws the uniforms of the global batch on every process and hands
+    each its shard's, so an example's decisions do not depend on which process holds it.
+    """
+
+    def decide(junction: Junction) -> torch.Tensor:
+        p = policy.probabilities(junction.scores.detach(), iteration)
+        u = uniforms[junction.name][junction.index]
+        return (p.cumsum(1) <= u[:, None]).sum(1).clamp_max(p.shape[1] - 1)
 
     return decide

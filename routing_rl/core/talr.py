@@ -24,14 +24,23 @@ stays bounded anyway: ``|Σ p_i g_i| / sqrt(B Σ p_i²) ≤ sqrt(Σ g_i² / B)``
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from routing_rl.core.graph import RoutedNet
 
 
-def talr_scales(reach: torch.Tensor, floor: float) -> torch.Tensor:
-    """``(N,)`` factors ``1/sqrt(max(mean_i p_i², floor²))`` from reach probabilities ``(B, N)``."""
-    mean_square = reach.detach().to(torch.float64).square().mean(0)
+def talr_scales(
+    reach: torch.Tensor, floor: float, mean: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> torch.Tensor:
+    """``(N,)`` factors ``1/sqrt(max(mean_i p_i², floor²))`` from reach probabilities ``(B, N)``.
+
+    ``mean`` averages ``(B, N)`` over the batch (default ``mean(0)``); data-parallel training
+    passes one over the global batch, so that the norm is the global batch's.
+    """
+    squares = reach.detach().to(torch.float64).square()
+    mean_square = squares.mean(0) if mean is None else mean(squares)
     return mean_square.clamp_min(floor**2).rsqrt()
 
 

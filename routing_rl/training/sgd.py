@@ -14,6 +14,9 @@
     rarely as it is used, which is the paper's ``E[k_L2 Σ_{w ∈ W(d̂)} w²]``;
   - TALR (:mod:`routing_rl.core.talr`) from the nodes' reach between ``backward()`` and the
     optimiser step;
+  - data parallel (:meth:`RoutedSGD.distribute`): the loss scaled by this process's share of
+    the global batch, gradients summed across processes before TALR, and TALR's mean ``p²``
+    over the global batch;
   - ``state_dict``: the optimiser's (momentum).
 
 Helpers every routing loss uses: :func:`training_policy`, :func:`leaf_errors`,
@@ -32,6 +35,7 @@ from routing_rl.core.graph import FullOutput, Node, RoutedNet
 from routing_rl.core.policies import TrainingPolicy, halving
 from routing_rl.core.talr import NodeGradients, talr_scales
 from routing_rl.training.config import TrainConfig
+from routing_rl.training.distributed import Distributed
 
 @dataclass(frozen=True)
 class SGDOptions:
@@ -70,6 +74,14 @@ class RoutedSGD:
         self.weights = [node_weights(net.nodes[name], regularise_routers) for name in net.order]
         parameter = next(net.parameters())
         self.dtype, self.device = parameter.dtype, parameter.device
+        self.parameters = list(net.parameters())
+        self.distributed: Distributed | None = None
+        self.share = 1.0
+
+    def distribute(self, distributed: Distributed, share: float) -> None:
+        """Step as one of ``distributed.world_size`` processes whose loss covers ``share`` of
+        the global batch (see :mod:`routing_rl.training.distributed`)."""
+        self.distributed, self.share = distributed, share
 
     def lr(self, step: float) -> float:
         """The learning rate at optimiser step ``step``."""
@@ -89,9 +101,14 @@ class RoutedSGD:
         ``options.talr``, scale each node's gradient by TALR; take one SGD step at the
         scheduled learning rate, which is returned."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.distributed is None:
+            loss.backward()
+        else:
+            (loss * self.share).backward()
+            self.distributed.reduce_gradients(self.parameters)
         if reach is not None and self.options.talr:
-            self.gradients.scale(talr_scales(reach, self.options.probability_floor))
+            mean = None if self.distributed is None else self.distributed.batch_mean
+            self.gradients.scale(talr_scales(reach, self.options.probability_floor, mean))
         lr = self.lr(step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
