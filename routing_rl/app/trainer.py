@@ -85,7 +85,7 @@ class TrainingState:
     train_seconds: float = 0.0
 
 
-def validate(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None,
+def evaluate_on_validation(learner: Learner, validation: Split, iteration: int, monitor: Monitor | None,
              task: RoutingTask | None = None, kept: str = "") -> dict:
     """Evaluate on the validation split at every k_cpt the learner is judged at (classes and
     sources named by ``task``; clip by clip with its memory for a split of sequences); log the
@@ -221,7 +221,7 @@ def fit(
                 monitor.progress(1, **shown)
             if validating:
                 learner.before_evaluation(train)
-                entry = validate(learner, validation, state.iteration, monitor, task, kept())
+                entry = evaluate_on_validation(learner, validation, state.iteration, monitor, task, kept())
                 state.history.append(entry)
                 if after_validation is not None:
                     after_validation(entry)
