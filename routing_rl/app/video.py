@@ -17,6 +17,7 @@ clips at the run's k_cpt) and the oracle that recomputes at every cut and change
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -152,3 +153,18 @@ def video_report(run_dirs: list[Path], out_dir: Path, device: str | torch.device
     figure.savefig(out_dir / "video.png", dpi=110, bbox_inches="tight")
     plt.close(figure)
     return [out_dir / "video.json", out_dir / "video.md", out_dir / "video.png"]
+
+
+def main(argv: list[str] | None = None, prog: str = "video_report.py") -> int:
+    """The video report's command line: ``RUN_DIR ... --out FOLDER --device DEVICE``."""
+    parser = argparse.ArgumentParser(prog=prog, description="Compare learned video routing with the baselines.")
+    parser.add_argument("runs", nargs="+", help="finished run directories on routing_rl/VideoRouting-v0")
+    parser.add_argument("--out", default="figures/video", help="folder for video.json, video.md, video.png")
+    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    args = parser.parse_args(argv)
+    try:
+        written = video_report(args.runs, args.out, args.device)
+    except ValueError as error:
+        parser.exit(2, f"{prog}: error: {error}\n")
+    print("\n".join(map(str, written)))
+    return 0
