@@ -46,3 +46,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def sb3_scratch_logs(tmp_path_factory):
+    """Tests that call SB3's ``learn`` without a logger make SB3 create ``SB3-<date>`` folders
+    in the system's temp folder; point them into pytest's own temp tree instead."""
+    previous = os.environ.get("SB3_LOGDIR")
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3-logs"))
+    yield
+    if previous is None:
+        os.environ.pop("SB3_LOGDIR")
+    else:
+        os.environ["SB3_LOGDIR"] = previous
