@@ -170,7 +170,7 @@ class RoutingTask(ABC):
             return split
         frames = split.images.flatten(0, 1)
         inputs = self.net_input(frames, self.initial_memory(frames))
-        return Split(inputs, split.labels.flatten(), split.source.repeat_interleave(split.frames))
+        return Split(inputs, split.labels.flatten(), split.source.flatten())
 
 
 TaskFactory = type[RoutingTask] | Callable[..., RoutingTask] | str

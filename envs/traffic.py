@@ -139,7 +139,13 @@ class Traffic:
 
     @property
     def source(self) -> np.ndarray:
-        return self.sources[self.example]
+        """The sources of the slots' current inputs (frames)."""
+        return self.sources_at(np.arange(self.n))
+
+    def sources_at(self, slots: np.ndarray) -> np.ndarray:
+        if self.sources.ndim == 1:
+            return self.sources[self.example[slots]]
+        return self.sources[self.example[slots], self.frame[slots]]
 
     def reset(self, rng: np.random.Generator) -> None:
         """A new example in every slot."""
@@ -187,7 +193,7 @@ class Traffic:
         self.decisions[slots] = -1
         x, pick = self._frames(slots)
         if self.training and self.trainer.options.augment:
-            x = self.task.augment(x, self.split.source.index_select(0, pick), self.generator)
+            x = self.task.augment(x, torch.from_numpy(self.sources_at(slots)).to(self.device), self.generator)
         rows = torch.from_numpy(slots).to(self.device)
         if start.any():
             fresh = torch.from_numpy(start).to(self.device)

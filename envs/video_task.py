@@ -130,6 +130,6 @@ class VideoTask(RoutingTask):
 
 
 def episodes(clips: Clips) -> Split:
-    """The clips as a split of episodes: images ``(N, T, 3, 32, 32)``, labels ``(N, T)``, and
-    each clip's source at its first frame ``(N,)``."""
-    return Split(clips.frames, clips.labels, clips.source[:, 0].clone())
+    """The clips as a split of episodes: images ``(N, T, 3, 32, 32)``, labels and sources
+    ``(N, T)``, frame by frame."""
+    return Split(clips.frames, clips.labels, clips.source)

@@ -156,6 +156,22 @@ def test_episode_sampler_carries_the_nets_own_memory(task):
     assert torch.equal(again.next(net).images, batch.images)
 
 
+def test_every_frame_keeps_its_own_source(task, net):
+    """A clip may cut from a digit to a photo: the split, the evaluation's per-source counts,
+    the sampler's batches and the env's infos follow each frame's own source."""
+    clips, split = task.clips["test"], task.dataset().test
+    assert torch.equal(split.source, clips.source)
+    assert (clips.source != clips.source[:, :1]).any()  # the tiny clips do mix sources
+    summary = evaluate(net, split, 4e-9, policies.ALWAYS_DEEP, task=task)
+    counted = {name: sum(leaf["by_source"][name] for leaf in summary["leaves"].values()) for name in task.sources}
+    assert counted == {name: int((clips.source == i).sum()) for i, name in enumerate(task.sources)}
+    sampler = EpisodeSampler(task, task.dataset().train, batch_size=8, seed=0)
+    where = sampler.clip.clone(), sampler.frame.clone()
+    assert torch.equal(sampler.next(net).source, task.dataset().train.source[where])
+    one_per_clip = Split(split.images, split.labels, split.source[:, 0])
+    assert torch.equal(one_per_clip.source, split.source[:, :1].expand(-1, split.frames))
+
+
 def make_env(task, **kwargs):
     import gymnasium as gym
 

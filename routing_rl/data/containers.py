@@ -16,8 +16,9 @@ CIFAR_SOURCE = SOURCES.index("cifar")
 class Split:
     """One split: ``images`` (inputs of any shape: ``(N, 3, 32, 32)`` float32 in [0, 1] for the
     paper's datasets), ``labels`` ``(N,)`` int64 and ``source`` ``(N,)`` int64 (an index into the
-    dataset's ``sources``). A split of episodes of ``T`` frames holds ``images (N, T, ...)`` and
-    ``labels (N, T)``."""
+    dataset's ``sources``). A split of episodes of ``T`` frames holds ``images (N, T, ...)``,
+    ``labels (N, T)`` and ``source (N, T)``, each frame's own source (a clip may cut from a
+    digit to a photo); a ``source (N,)`` given for episodes is read as every frame's."""
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -25,7 +26,9 @@ class Split:
 
     def __post_init__(self) -> None:
         n = self.images.shape[0]
-        if self.labels.shape[:1] != (n,) or self.labels.dim() > 2 or self.source.shape != (n,):
+        if self.labels.dim() == 2 and self.source.shape == (n,):
+            object.__setattr__(self, "source", self.source[:, None].expand(self.labels.shape).contiguous())
+        if self.labels.shape[:1] != (n,) or self.labels.dim() > 2 or self.source.shape != self.labels.shape:
             raise ValueError(
                 f"images, labels and source disagree in length: {tuple(self.images.shape)}, "
                 f"{tuple(self.labels.shape)}, {tuple(self.source.shape)}"

@@ -134,7 +134,7 @@ class EpisodeSampler:
         finally:
             net.train(was_training)
         self.memory = self.task.carry(self.memory, frames, routed.logits, routed.leaf)
-        batch = Split(inputs, labels, self.split.source[clip].to(device))
+        batch = Split(inputs, labels, self.split.source[clip, frame].to(device))
         ended = self.frame == self.split.frames - 1
         self.frame = torch.where(ended, 0, self.frame + 1)
         self.clip[ended] = torch.randint(len(self.split), (int(ended.sum()),), generator=self.generator)

@@ -43,9 +43,8 @@ def evaluate(
         if task is None:
             raise ValueError("a split of sequences is evaluated clip by clip, carrying the task's memory; pass task=")
         episodes = run_episodes(net, task, split, decide, k_cpt)
-        frames = split.labels.shape[1]
         result = summarise(net, episodes.leaf.flatten(), episodes.correct.flatten(), episodes.macs.flatten(),
-                           split.labels.flatten().cpu(), split.source.repeat_interleave(frames).cpu(), k_cpt, classes,
+                           split.labels.flatten().cpu(), split.source.flatten().cpu(), k_cpt, classes,
                            sources)
         return {**result, **episode_metrics(episodes, k_cpt)}
     was_training = net.training
