@@ -163,14 +163,13 @@ class RoutingTask(ABC):
         return memory
 
     def examples(self, split: Split) -> Split:
-        """The independent examples the paper's learners train and are evaluated on: the split
-        itself for one input per episode; for episodes of frames, every frame on its own
-        (with a fresh episode's memory), labels ``(N·T,)``."""
-        if split.frames == 1:
-            return split
-        frames = split.images.flatten(0, 1)
-        inputs = self.net_input(frames, self.initial_memory(frames))
-        return Split(inputs, split.labels.flatten(), split.source.flatten())
+        """What the paper's learners train and are evaluated on. Default: the split itself. A
+        split of episodes stays one, because a frame's input depends on where the frames
+        before it were routed: the trainer plays its clips frame by frame with this task's
+        memory (:class:`~routing_rl.training.episodes.EpisodeSampler`) and evaluation routes
+        them clip by clip, as the envs do. Override to train on something else, such as every
+        frame on its own."""
+        return split
 
 
 TaskFactory = type[RoutingTask] | Callable[..., RoutingTask] | str

@@ -119,12 +119,6 @@ class VideoTask(RoutingTask):
     def net_input(self, inputs: torch.Tensor, memory: torch.Tensor | None) -> torch.Tensor:
         return pack(inputs, memory)
 
-    def examples(self, split: Split) -> Split:
-        """The clips themselves: a frame's input depends on the routing of the frames before,
-        so learners train on clips in flight and are judged clip by clip
-        (:mod:`routing_rl.training.episodes`)."""
-        return split
-
     def carry(self, memory: torch.Tensor, inputs: torch.Tensor, logits: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
         return self.memory.carry(memory, inputs, logits, leaf == LEAVES.index(REUSE))
 

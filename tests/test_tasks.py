@@ -251,8 +251,29 @@ def test_episodes_of_frames_carry_memory_from_one_frame_to_the_next():
     clip = env.traffic.split.labels[env.traffic.example[0]]
     assert env.traffic.label[0] == clip[2]
     assert total < 0  # three cross-entropies
-    examples = make_task(ClipTask).examples(env.traffic.split)
-    assert examples.images.shape == (30, 7) and examples.labels.shape == (30,)
+    assert make_task(ClipTask).examples(env.traffic.split) is env.traffic.split  # episodes stay episodes
+
+
+register_task("tests/Clips-v0", ClipTask)
+
+
+def test_the_paper_learners_train_a_plug_in_task_clip_by_clip(tmp_path):
+    """A task that carries memory trains through episodes by default: every batch is the
+    next frame of clips in flight, its input built from the memory the net's routing left."""
+    from routing_rl.app.runs import train
+    from routing_rl.training.config import make_config
+
+    seen = []
+    original = ClipTask.net_input
+    ClipTask.net_input = lambda self, inputs, memory: seen.append(memory.clone()) or original(self, inputs, memory)
+    try:
+        config = make_config("smoke", archs=ClipTask.archs, env="tests/Clips-v0", agent="actor", arch="tree", k_cpt=0.0,
+                             device="cpu", logdir=str(tmp_path), run_name="clips", batch_size=4)
+        metrics = train(config)
+    finally:
+        ClipTask.net_input = original
+    assert metrics["test"][0]["examples"] == 30  # 10 clips of 3 frames, every frame judged
+    assert any((memory > 0).any() for memory in seen), "frames after the first read the memory carried to them"
 
 
 def test_vector_envs_end_episodes_of_frames_at_their_last_frame():
