@@ -86,7 +86,12 @@ configuration                          test acc   mean MACs  digits / CIFAR   ex
 =====================================  =========  =========  ===============  =====  ========
 
 Either change alone leaves the critic at "exit 1"; together they train column 2 well enough
-that the critic sends the digits and about 60% of the CIFAR images there.
+that the critic sends the digits and about 60% of the CIFAR images there. With both, on the
+full ``cpu-small`` schedule (4,000 iterations; the README's reproduction table), the sampled
+pragmatic critic lies above the static nets' accuracy/MAC curve in three seeds out of three at
+k_cpt 4e-9 (92.70 ± 0.83% test accuracy at 5.04 ± 0.88M MACs, +1.37 ± 0.31 points over the
+curve) and at 1.6e-8 (91.18% at 2.31M, +2.45), with digits leaving earlier than CIFAR images
+in every run.
 
 **Batch norm.** In train mode a node normalises by the statistics of the sub-batch that
 reached it, and its running statistics are a moving average of those small, shifting

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The reproduction table of issues 4 and 10: static nets 1..8, actor chains at three k_cpt, a
 # dynamic-k_cpt actor, pragmatic and optimistic critics (eps-greedy sampled, and the paper's softmax
-# full tree), the confidence-threshold baseline at its validation-chosen lr, and three seeds of
-# actor, critic and static-5, all on hybrid with one preset; then figures/<logdir>/report.md.
+# full tree), DQN, PPO and A2C through the env, the confidence-threshold baseline at its
+# validation-chosen lr, and three seeds of actor, critic, DQN and static-5, all on hybrid with
+# one preset; then figures/<logdir>/report.md.
 #
 #   bash experiments/reproduce_hybrid.sh [LOGDIR] [PRESET]      (defaults: runs/repro cpu-small)
 #
@@ -46,6 +47,11 @@ run optimistic-critic-softmax-k4e-9 --agent optimistic-critic --policy softmax -
 run pragmatic-critic-softmax-01-k4e-9 --agent pragmatic-critic --policy softmax --tau 0.1 --execution full \
   --utility-error zero_one --k-cpt 4e-9
 
+# the SB3 agents through the env, on the same image budget (iterations x batch_size images)
+run dqn-k4e-9 --agent dqn --k-cpt 4e-9
+run ppo-k4e-9 --agent ppo --k-cpt 4e-9
+run a2c-k4e-9 --agent a2c --k-cpt 4e-9
+
 # the confidence-threshold baseline at the learning rate its own validation split prefers
 for lr in 0.1 0.05 0.02 0.01; do run "threshold-lr$lr" --agent threshold --lr "$lr"; done
 THRESHOLD=$(python - "$LOGDIR" <<'PY'
@@ -61,6 +67,7 @@ echo "threshold learning rate chosen on validation: $THRESHOLD"
 for seed in 1 2; do
   run "actor-k4e-9-s$seed" --agent actor --k-cpt 4e-9 --seed "$seed"
   run "pragmatic-critic-k4e-9-s$seed" --agent pragmatic-critic --policy eps-greedy --k-cpt 4e-9 --seed "$seed"
+  run "dqn-k4e-9-s$seed" --agent dqn --k-cpt 4e-9 --seed "$seed"
   run "static-5-s$seed" --agent static --arch static-5 --lr "$LR" --seed "$seed"
 done
 
