@@ -32,12 +32,10 @@ REAL_ONLINE = fetch.online  # before the autouse fixture replaces it
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
-    """Every test gets its own cache and no data folder from the environment or beside the
-    working directory; the network probe says offline so that nothing here ever tries to
-    download."""
+    """Every test gets its own cache and no data folder from the environment; the network
+    probe says offline so that nothing here ever tries to download."""
     monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("ROUTING_RL_DATA_DIR", raising=False)
-    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(fetch, "online", lambda url, timeout=3.0: "offline (test)")
 
 
@@ -341,23 +339,6 @@ def test_failed_download_is_folded_into_one_error(tmp_path, monkeypatch):
     assert "--data-dir" in message and "cifar-10-batches-py" in message and "train/<class>" in message
     assert info.value.__context__ is None and info.value.__cause__ is None  # no chained traceback
     assert isinstance(info.value, FileNotFoundError)
-
-
-def test_bundle_beside_the_working_directory_is_the_default_data_folder(tmp_path, monkeypatch):
-    """With no --data-dir and no $ROUTING_RL_DATA_DIR, ../shared/datasets (the offline bundle
-    beside a checkout) is used, so the README's commands run as written on an offline machine;
-    ./data comes first."""
-    checkout = tmp_path / "work" / "repo"
-    checkout.mkdir(parents=True)
-    monkeypatch.chdir(checkout)
-    assert sources.default_data_dir() is None
-    bundle = tmp_path / "work" / "shared" / "datasets"
-    bundle.mkdir(parents=True)
-    assert sources.default_data_dir() == bundle.resolve()
-    (checkout / "data").mkdir()
-    assert sources.default_data_dir() == (checkout / "data").resolve()
-    monkeypatch.setenv("ROUTING_RL_DATA_DIR", str(tmp_path / "mine"))
-    assert sources.default_data_dir() == tmp_path / "mine"
 
 
 def test_nothing_found_offline(tmp_path):

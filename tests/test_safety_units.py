@@ -237,7 +237,6 @@ def test_a_run_that_cannot_fit_is_refused_before_allocating(overrides, advice):
 def data_env(tmp_path, monkeypatch):
     monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("ROUTING_RL_DATA_DIR", raising=False)
-    monkeypatch.chdir(tmp_path)  # no data folder beside the working directory either
     monkeypatch.setattr(fetch, "online", lambda url, timeout=3.0: "offline (test)")
     return tmp_path
 

@@ -65,7 +65,7 @@ HELP = {
     "checkpoint_every": "iterations between checkpoints",
     "seed": "random seed",
     "device": "torch device: auto, cpu, cuda, cuda:N",
-    "data_dir": "folder with your data copies (default: $ROUTING_RL_DATA_DIR, else ./data or ../shared/datasets if present, then download)",
+    "data_dir": "folder with your data copies (default: $ROUTING_RL_DATA_DIR, then download)",
     "download": "try torchvision's downloaders when the data is not found locally",
     "logdir": "folder that holds run directories",
     "run_name": "run directory name (default: agent-arch-timestamp)",

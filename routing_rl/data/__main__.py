@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m routing_rl.data", description=__doc__.split("\n\n")[1])
     parser.add_argument("dataset", choices=DATASETS)
     parser.add_argument("--data-dir", help="folder with your copies of MNIST / CIFAR-10 "
-                        "(default: $ROUTING_RL_DATA_DIR, else ./data or ../shared/datasets if present)")
+                        "(default: $ROUTING_RL_DATA_DIR)")
     parser.add_argument("--cache-dir", help="cache and download folder "
                         "(default: $ROUTING_RL_CACHE, else ~/.cache/routing-rl)")
     parser.add_argument("--no-download", action="store_true", help="never try torchvision's downloaders")

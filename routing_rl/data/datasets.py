@@ -200,8 +200,7 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
                  download: bool = True) -> RoutingDataset:
     """Build (or load from the cache) one of :data:`DATASETS`.
 
-    ``data_dir`` defaults to ``$ROUTING_RL_DATA_DIR``, else ``./data`` or the offline bundle
-    ``../shared/datasets`` where one exists (:data:`~routing_rl.data.sources.BUNDLE_DIRS`); ``cache_dir`` to ``$ROUTING_RL_CACHE``
+    ``data_dir`` defaults to ``$ROUTING_RL_DATA_DIR``; ``cache_dir`` to ``$ROUTING_RL_CACHE``
     (else ``~/.cache/routing-rl``). With ``download``, torchvision's downloaders are tried
     (into ``<cache_dir>/downloads``) before falling back to a test-set-only MNIST copy.
     Raises ValueError for an unknown name, DataNotFoundError when no source is found.
@@ -209,10 +208,9 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     origin = ""
-    if data_dir is None:
-        data_dir = sources.default_data_dir()
-        origin = f" (from ${sources.DATA_DIR_ENV})" if os.environ.get(sources.DATA_DIR_ENV) else " (found beside the working directory)"
-    data_dir = Path(data_dir).expanduser() if data_dir is not None else None
+    if data_dir is None and os.environ.get(sources.DATA_DIR_ENV):
+        origin = f" (from ${sources.DATA_DIR_ENV})"
+    data_dir = Path(data_dir).expanduser() if data_dir is not None else sources.default_data_dir()
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else cache.default_cache_dir()
     resolved = {
         kind: sources.resolve(kind, name, data_dir, cache_dir, download, origin)

@@ -3,8 +3,7 @@
 Order of preference for each of the two sources:
 
 1. a complete copy (train and test) in the data folder (``--data-dir`` /
-   ``ROUTING_RL_DATA_DIR``, else the first of :data:`BUNDLE_DIRS` that exists), in any layout
-   of :data:`~routing_rl.data.layouts.LAYOUT_HELP`;
+   ``ROUTING_RL_DATA_DIR``), in any layout of :data:`~routing_rl.data.layouts.LAYOUT_HELP`;
 2. a complete copy already downloaded into ``<cache>/downloads``;
 3. torchvision's downloader into ``<cache>/downloads``, when allowed and the machine is online;
 4. a test-set-only copy in the data folder (MNIST's ``t10k`` files alone): its 10,000 digits
@@ -25,11 +24,6 @@ from routing_rl.data.containers import stratified_indices
 from routing_rl.data.layouts import LayoutError
 
 DATA_DIR_ENV = "ROUTING_RL_DATA_DIR"
-BUNDLE_DIRS = ("data", "../shared/datasets")
-"""Folders, relative to the working directory, used as the data folder when none is given:
-``./data``, and the offline bundle that lies beside a checkout of the repository on machines
-without internet (``../shared/datasets`` from the repository root), so the README's commands
-work there as written."""
 KINDS = {"mnist": "MNIST", "cifar": "CIFAR-10"}
 TEST_ONLY_TEST_FRACTION = 0.2  # an 80/20 train/test split of a test-set-only source
 TEST_ONLY_SPLIT_SEED = 0
@@ -78,11 +72,8 @@ class Candidate:
 
 
 def default_data_dir() -> Path | None:
-    """``$ROUTING_RL_DATA_DIR``, else the first of :data:`BUNDLE_DIRS` that exists, else None."""
     value = os.environ.get(DATA_DIR_ENV)
-    if value:
-        return Path(value).expanduser()
-    return next((Path(folder).resolve() for folder in BUNDLE_DIRS if Path(folder).is_dir()), None)
+    return Path(value).expanduser() if value else None
 
 
 def _folders(root: Path) -> list[tuple[Path, int]]:
@@ -227,7 +218,7 @@ def resolve(kind: str, dataset: str, data_dir: Path | None, cache_dir: Path, all
 
 def not_found_message(kind, dataset, data_dir, data_dir_origin, downloads, download_note, problems):
     if data_dir is None:
-        looked = f"no data folder given (--data-dir DIR or ${DATA_DIR_ENV}; none of {', '.join(BUNDLE_DIRS)} exists here)"
+        looked = f"no data folder given (--data-dir DIR or ${DATA_DIR_ENV})"
     else:
         exists = "" if data_dir.is_dir() else " (does not exist)"
         looked = f"data folder {data_dir}{exists}{data_dir_origin}"
