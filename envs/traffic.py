@@ -133,9 +133,7 @@ class Traffic:
 
     def labels_at(self, slots: np.ndarray) -> np.ndarray:
         """The labels of the slots' current inputs (frames)."""
-        if self.labels.ndim == 1:
-            return self.labels[self.example[slots]]
-        return self.labels[self.example[slots], self.frame[slots]]
+        return self._current(self.labels, slots)
 
     @property
     def source(self) -> np.ndarray:
@@ -143,9 +141,13 @@ class Traffic:
         return self.sources_at(np.arange(self.n))
 
     def sources_at(self, slots: np.ndarray) -> np.ndarray:
-        if self.sources.ndim == 1:
-            return self.sources[self.example[slots]]
-        return self.sources[self.example[slots], self.frame[slots]]
+        return self._current(self.sources, slots)
+
+    def _current(self, table: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """``table``'s entries (``(N,)`` per example, or ``(N, T)`` per frame) for the slots' current inputs."""
+        if table.ndim == 1:
+            return table[self.example[slots]]
+        return table[self.example[slots], self.frame[slots]]
 
     def reset(self, rng: np.random.Generator) -> None:
         """A new example in every slot."""
