@@ -22,6 +22,15 @@ the root to the first junction run at reset, which has no reward, so they are ch
 the episode's first step. At the leaf the reward also carries ``-c_err``. An episode's
 rewards therefore sum to ``-(k_cpt × path cost + c_err)``, the paper's ``-c_inf``.
 
+Side exits (``side_exits = True``, joint training only, tasks of single inputs): a junction
+whose sinks include a leaf has computed that exit head's input for every example there, so
+when an example goes elsewhere the step also runs the head (a linear layer) on it and keeps
+the transition it did not take — its observation, the exit's action, the reward that
+action would have earned (``-(k_cpt × cost(exit) + c_err)``, plus any cost not yet charged),
+terminal — in
+:attr:`Traffic.side_exits`. An off-policy agent (DQN) learns from them what every exit on its
+paths costs, as the sampled critics' side heads do; nothing is charged for them.
+
 Episodes of ``T`` frames: when a frame reaches a leaf before the last one, the task's memory
 is carried (:meth:`RoutingTask.carry`) and :meth:`Traffic.refill` runs the next frame to its
 first junction in the same slot; its cost is charged in the next step, like a first
@@ -50,6 +59,27 @@ class Group:
     slots: np.ndarray  # (b,) int64
     state: State
     descriptor: torch.Tensor  # (b, D)
+
+
+@dataclass
+class SideExits:
+    """Transitions not taken, all ``(k, ...)``: observations at the junction, the exit's
+    action, the reward it would have earned (float64) and the terminal observations."""
+
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminal: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def __getitem__(self, rows: slice) -> SideExits:
+        return SideExits(self.observations[rows], self.actions[rows], self.rewards[rows], self.terminal[rows])
+
+    @classmethod
+    def concatenate(cls, parts: list[SideExits]) -> SideExits:
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("observations", "actions", "rewards", "terminal")))
 
 
 @dataclass
@@ -89,6 +119,10 @@ class Traffic:
         trainer: trains the net on finished paths while :attr:`training` is on.
         training: joint training (and augmentation, if the trainer's options ask) on or off.
         cost: what each node's computation costs; None: its MACs.
+
+    Attributes:
+        record_side_exits: keep the exits not taken (while training) in :attr:`side_exits`,
+            which the consumer empties (:meth:`take_side_exits`).
     """
 
     def __init__(self, task, net: RoutedNet, split: Split, n: int, layout: ObservationLayout, k_cpt,
@@ -121,6 +155,8 @@ class Traffic:
         self.images = torch.zeros(n, *net.input_shape, dtype=split.images.dtype, device=self.device)  # for replays
         self.waiting: dict[str, Group] = {}
         self.generator = torch.Generator(device=self.device)
+        self.record_side_exits = False
+        self.side_exits: list[SideExits] = []
 
     def with_slots(self, n: int) -> Traffic:
         """Another traffic of ``n`` slots on the same task, net, split, costs and trainer."""
@@ -218,6 +254,8 @@ class Traffic:
         for name, group in self.waiting.items():
             choice = choices[name]
             self.decisions[group.slots, self.layout.junction_index[name]] = choice
+            if self.record_side_exits and self.training and self.split.frames == 1:
+                self._record_side_exits(name, group, choice)
             for sink_number, sink in enumerate(self.net.nodes[name].sinks):
                 chosen = np.flatnonzero(choice == sink_number)
                 if chosen.size == 0:
@@ -236,6 +274,34 @@ class Traffic:
                 self.decisions[slots], self.k_cpt[slots],
             )
         return finished
+
+    @torch.no_grad()
+    def _record_side_exits(self, name: str, group: Group, choice: np.ndarray) -> None:
+        """Run each exit head of junction ``name`` on the slots that chose another sink."""
+        for sink_number, sink in enumerate(self.net.nodes[name].sinks):
+            node = self.net.nodes[sink]
+            others = np.flatnonzero(choice != sink_number)
+            if not node.is_leaf or others.size == 0:
+                continue
+            rows = torch.from_numpy(others).to(self.device)
+            logits = node.transform(take(node.reads(group.state), rows))
+            slots = group.slots[others]
+            labels = torch.from_numpy(self.labels_at(slots)).to(self.device)
+            c_err = self.task.error_cost(logits.float(), labels, self.error_cost).double().cpu().numpy()
+            k_cpt = self.k_cpt[slots]
+            self.side_exits.append(SideExits(
+                self.layout.observe(name, group.descriptor.index_select(0, rows), k_cpt),
+                np.full(others.size, sink_number, dtype=np.int64),
+                -(c_cpt(k_cpt, self.spent[slots] - self.paid[slots] + self.node_cost[sink]) + c_err),
+                self.layout.terminal(k_cpt),
+            ))
+
+    def take_side_exits(self) -> SideExits | None:
+        """The side exits recorded since the last call, concatenated (None if there are none)."""
+        if not self.side_exits:
+            return None
+        parts, self.side_exits = self.side_exits, []
+        return SideExits.concatenate(parts)
 
     def action_masks(self) -> np.ndarray:
         """``(n, max sinks)`` bool: the valid actions of every slot (all, at a leaf)."""

@@ -258,9 +258,10 @@ def test_joint_training_trains_transforms_and_heads_only_in_train_mode(dataset):
     assert fresh.updates == 2 and fresh.lr() == vec_env.trainer.lr()
 
 
-@pytest.mark.parametrize("execution", ["full", "sampled"])
-def test_joint_training_trains_every_head_only_in_full_execution(dataset, execution):
-    vec_env = RoutingSB3VecEnv(4, dataset=dataset, train=True, joint=JointTraining(batch_size=4, execution=execution), seed=0)
+@pytest.mark.parametrize("execution, uniform_weight", [("full", 0.25), ("full", 0.0), ("sampled", 0.25)])
+def test_joint_training_trains_every_head_only_in_full_execution(dataset, execution, uniform_weight):
+    joint = JointTraining(batch_size=4, execution=execution, uniform_weight=uniform_weight)
+    vec_env = RoutingSB3VecEnv(4, dataset=dataset, train=True, joint=joint, seed=0)
     net = vec_env.net
     before = {k: v.clone() for k, v in net.state_dict().items()}
     vec_env.reset()
@@ -269,7 +270,53 @@ def test_joint_training_trains_every_head_only_in_full_execution(dataset, execut
     changed = {k.split(".")[1] for k, v in net.state_dict().items() if k.endswith("weight") and not torch.equal(v, before[k])}
     deep = {f"exit{k}" for k in range(2, 9)} | {f"col{k}" for k in range(2, 9)}
     assert "exit1" in changed and "col1" in changed
-    assert (deep <= changed) if execution == "full" else not (deep & changed)
+    assert (deep <= changed) if uniform_weight > 0 and execution == "full" else not (deep & changed)
+
+
+def test_side_exits_are_the_transitions_the_exit_would_have_made(dataset):
+    """An example that passes a junction records the exit it did not take: the observation it
+    had there, the exit's action and exactly the reward that taking the exit earns."""
+    joint = JointTraining(batch_size=10**6, augment=False)  # records, never updates: same net in both
+    passing = RoutingSB3VecEnv(6, dataset=dataset, train=True, joint=joint, seed=3)
+    exiting = RoutingSB3VecEnv(6, dataset=dataset, train=True, joint=joint, seed=3, net=passing.net)
+    passing.traffic.record_side_exits = True
+    first = passing.reset()
+    np.testing.assert_array_equal(first, exiting.reset())
+    passing.step(np.ones(6, dtype=np.int64))
+    _, rewards, dones, infos = exiting.step(np.zeros(6, dtype=np.int64))
+    side = passing.traffic.take_side_exits()
+    assert dones.all() and len(side) == 6 and (side.actions == 0).all()
+    np.testing.assert_array_equal(side.observations, first)
+    np.testing.assert_allclose(side.rewards, rewards, rtol=1e-5)
+    np.testing.assert_array_equal(side.terminal, np.stack([info["terminal_observation"] for info in infos]))
+    passing.step(np.ones(6, dtype=np.int64))  # later junctions: only the exit's own cost is left to charge
+    later = passing.traffic.take_side_exits()
+    assert len(later) == 6 and passing.traffic.take_side_exits() is None
+    assert (later.rewards < 0).all() and (later.rewards > -20).all()
+    exiting.traffic.record_side_exits = True
+    exiting.eval()
+    exiting.step(np.ones(6, dtype=np.int64))
+    assert exiting.traffic.take_side_exits() is None, "only while training"
+
+
+def test_full_tree_loss_weighs_each_head_by_the_agents_use_of_it(dataset):
+    """Each example's leaf weights: 1 - u + u/L at the leaf its path reached, u/L elsewhere;
+    the nodes' reach is the weight of the leaves below them."""
+    trainer = RoutingSB3VecEnv(4, dataset=dataset, train=True, joint=JointTraining(batch_size=4, uniform_weight=0.2),
+                               seed=0).trainer
+    exits = np.array([0, 2, 7])  # heads 1, 3 and 8 of the chain
+    decisions = np.where(np.arange(7)[None, :] < exits[:, None], 1, np.where(np.arange(7)[None, :] == exits[:, None], 0, -1))
+    weights = trainer.leaf_weights(decisions)
+    expected = np.full((3, 8), 0.2 / 8)
+    expected[np.arange(3), exits] += 0.8
+    np.testing.assert_allclose(weights.numpy(), expected, rtol=1e-6)
+    reach = (weights @ trainer.on_leaf_path).numpy()
+    column = {name: k for k, name in enumerate(trainer.net.order)}
+    np.testing.assert_allclose(reach[:, column["col1"]], 1.0, rtol=1e-6)  # every path starts there
+    np.testing.assert_allclose(reach[:, column["exit8"]], expected[:, 7], rtol=1e-6)
+    np.testing.assert_allclose(reach[:, column["col3"]], expected[:, 2:].sum(1), rtol=1e-6)
+    with pytest.raises(ValueError, match="uniform_weight"):
+        JointTraining(uniform_weight=1.5)
 
 
 @pytest.mark.parametrize("execution", ["full", "sampled"])
@@ -365,7 +412,7 @@ def test_real_hybrid_env_makes_and_steps(real_data_dir, real_cache_dir, monkeypa
 def test_real_hybrid_joint_training_rewards_track_the_training_cross_entropy(real_data_dir, real_cache_dir):
     """On real data, at lr 0.1 from scratch, the error the env charges tracks the cross-entropy
     the feature trainer minimises (train mode, batch statistics) at every update: episodes
-    end at every head equally often, as the full-tree loss weighs them, and each batch of
+    end at every head equally often, so every head is charged and trained, and each batch of
     finished episodes is the batch the next update replays. (Before the batch-norm statistics
     were refreshed after each step, the charged error reached 10^3-10^4 at deep heads.)"""
     from routing_rl.data import load_dataset
@@ -393,7 +440,9 @@ def test_real_hybrid_joint_training_rewards_track_the_training_cross_entropy(rea
     # at most 2.3), on average within 15% over the last 20 updates (measured 6%)
     assert np.all((charged < 2.5 * trained) & (trained < 2.5 * charged)), np.round([charged, trained], 2).tolist()
     assert charged[-20:].mean() == pytest.approx(trained[-20:].mean(), rel=0.15)
-    assert trained[-5:].mean() < 2.5, "the network learned"
+    # each example's loss falls mostly on its own head, so one batch's loss swings (measured
+    # 3.8 over the first five updates, 2.6 over the last ten)
+    assert trained[-10:].mean() < 0.8 * trained[:5].mean(), "the network learned"
 
 
 def test_net_and_dataset_must_agree(dataset):

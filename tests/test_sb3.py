@@ -107,6 +107,27 @@ def test_dqn_maps_eps_greedy_and_gamma_one(tmp_path):
     assert model.feature_trainer.options.execution == "full", "every head learns, whatever ε explores"
 
 
+@pytest.mark.parametrize("side_heads", [True, False])
+def test_dqn_replays_the_exits_its_paths_passed(tmp_path, side_heads):
+    """With side heads (the default) the replay buffer holds, beside DQN's own transitions,
+    one terminal exit transition for each time an example went on past a junction."""
+    config = short_config("dqn", iterations=8, side_heads=side_heads,
+                          sb3_kwargs={**SHORT["dqn"], "buffer_size": 100_000})
+    model = train_sb3(config, tiny_dataset(), tmp_path, torch.device("cpu")).model
+    buffer = model.replay_buffer
+    assert not buffer.full
+    stored = buffer.size() * model.n_envs
+    actions = buffer.actions[:buffer.size()].reshape(-1)
+    went_on = int((actions == 1).sum())  # on the chain: the next column; side exits are all action 0
+    waiting = len(model._side_exits) if model._side_exits is not None else 0
+    assert waiting < model.n_envs
+    own = model.num_timesteps - model.n_envs  # SB3 stops (the budget spent) before storing the last step
+    side = stored - own
+    assert side == (went_on - waiting if side_heads else 0)
+    if side_heads:
+        assert went_on > 0 and buffer.dones[:buffer.size()].sum() >= side
+
+
 def test_resume_continues_from_the_newest_checkpoint(tmp_path):
     dataset = tiny_dataset()
     first = train_sb3(short_config("a2c", iterations=8), dataset, tmp_path, torch.device("cpu"))

@@ -54,7 +54,10 @@ HELP = {
     "compile": "torch.compile the full-tree step (compiles for minutes at the first step)",
     "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, sampled for critics with "
                  "eps-greedy/greedy; for dqn, ppo, a2c: how the env trains the features)",
-    "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is computed)",
+    "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is "
+                  "computed); dqn: also replay those exits, with the rewards they would have earned",
+    "uniform_weight": "dqn, ppo, a2c: share of each image's loss spread evenly over the heads in the env's full-tree "
+                      "joint training; the rest goes to the head the agent's path reached (1: all heads alike)",
     "error_cost": "c_err: cross_entropy or zero_one",
     "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant)",
     "probability_floor": "smallest routing probability of any sink during training",

@@ -88,6 +88,7 @@ RANGES = {  # field: ((low, inclusive), (high, inclusive), what to say)
     "epsilon_half_life": _POSITIVE, "k_dec": _NON_NEGATIVE, "k_ure": _NON_NEGATIVE, "k_l2": _NON_NEGATIVE,
     "momentum": ((0, True), (1, False), "in [0, 1)"),
     "epsilon": ((0, True), (1, True), "in [0, 1]"),
+    "uniform_weight": ((0, True), (1, True), "in [0, 1] (1: every head weighs the same, 0: only the heads the agent reached)"),
     "probability_floor": ((0, False), (1, False), "in (0, 1), so that no path has zero probability"),
     "validation_fraction": ((0, False), (1, False), "in (0, 1)"),
 }
@@ -137,7 +138,8 @@ class TrainConfig:
     channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
     compile: bool = False  # torch.compile of the full evaluation
     execution: str | None = None  # None: full tree (actor, softmax critics, SB3 joint training), sampled for ε-greedy/greedy
-    side_heads: bool = True  # sampled critics: train every head whose input the path computed
+    side_heads: bool = True  # sampled critics: train every head whose input the path computed; dqn: replay those exits
+    uniform_weight: float = 0.25  # dqn/ppo/a2c full-tree joint training: loss share spread evenly over the heads
     error_cost: str = "cross_entropy"
     utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
     probability_floor: float = 1e-6
