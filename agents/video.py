@@ -6,7 +6,7 @@ a learned policy is judged against on the same clips and the same modules:
   everywhere else: it knows the clip's events, which no real policy does;
 * ``difference-threshold`` — recompute (deep) when the change detector's mean thumbnail
   difference exceeds a threshold, chosen on validation clips for the lowest mean cost per
-  frame at the k_cpt judged.
+  frame at the k_cpt and with the error cost judged.
 
 All are :class:`~routing_rl.training.episodes.FramePolicy` s for
 :func:`~routing_rl.training.episodes.run_episodes`.
@@ -20,8 +20,7 @@ from routing_rl.core.execution import Decide, Junction
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.video import DIFFERENCE_SIDE, FRAME_SHAPE
-from routing_rl.training.episodes import FramePolicy
-from routing_rl.training.evaluate import evaluate
+from routing_rl.training.episodes import FramePolicy, episode_metrics, run_episodes
 
 REUSE_SINK, COMPUTE_SINK = 0, 1  # at "detect"
 CHEAP_SINK, DEEP_SINK = 0, 1  # at "col1"
@@ -72,14 +71,17 @@ def difference_threshold(threshold: float) -> Decide:
     return decide
 
 
-def tune_threshold(net: RoutedNet, task, validation: Split, k_cpt: float, candidates: torch.Tensor | None = None) -> tuple[float, list[dict]]:
-    """The threshold with the lowest mean cost per frame on ``validation`` clips, and every
-    candidate's ``{"threshold", "mean_cost", "accuracy", "mean_macs"}``."""
+def tune_threshold(net: RoutedNet, task, validation: Split, k_cpt: float, candidates: torch.Tensor | None = None,
+                   error_kind: str = "cross_entropy") -> tuple[float, list[dict]]:
+    """The threshold with the lowest mean cost per frame (``error_kind`` error + k_cpt × MACs)
+    on ``validation`` clips, and every candidate's ``{"threshold", "mean_cost", "accuracy",
+    "mean_macs"}``."""
     if candidates is None:
         candidates = torch.logspace(-3, -0.5, 16)
     tried = []
     for threshold in candidates.tolist():
-        result = evaluate(net, validation, k_cpt, difference_threshold(threshold), task=task)
-        tried.append({"threshold": threshold, **{k: result[k] for k in ("mean_cost", "accuracy", "mean_macs")}})
+        run = run_episodes(net, task, validation, difference_threshold(threshold), k_cpt, error_kind)
+        tried.append({"threshold": threshold, "mean_cost": episode_metrics(run, k_cpt)["mean_cost"],
+                      "accuracy": float(run.correct.double().mean()), "mean_macs": float(run.macs.double().mean())})
     best = min(tried, key=lambda entry: entry["mean_cost"])
     return best["threshold"], tried

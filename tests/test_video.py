@@ -139,6 +139,16 @@ def test_threshold_tuning_picks_the_cheapest_validated_threshold(task, net):
     assert tried[2]["mean_macs"] < tried[0]["mean_macs"]
 
 
+def test_threshold_tuning_charges_the_error_cost_it_is_given(task, net):
+    split = task.dataset().train
+    _, tried = policies.tune_threshold(net, task, split, 4e-9, torch.tensor([1e-6, 10.0]), error_kind="zero_one")
+    for entry in tried:
+        assert entry["mean_cost"] == pytest.approx(1 - entry["accuracy"] + 4e-9 * entry["mean_macs"])
+    _, cross_entropy = policies.tune_threshold(net, task, split, 4e-9, torch.tensor([1e-6, 10.0]))
+    assert [t["accuracy"] for t in cross_entropy] == [t["accuracy"] for t in tried]
+    assert [t["mean_cost"] for t in cross_entropy] != [t["mean_cost"] for t in tried]
+
+
 def test_episode_sampler_carries_the_nets_own_memory(task):
     net = task.make_net("video", seed=1)
     split = task.dataset().train

@@ -69,6 +69,18 @@ def test_the_report_compares_every_run_with_every_baseline(runs, tmp_path):
     assert table.count("| critic |") == 5 and "always-deep" in table
 
 
+def test_the_report_charges_every_policy_the_error_cost_asked_for(runs, tmp_path):
+    video_report([runs / "critic"], tmp_path, error_cost="zero_one")
+    summary = json.loads((tmp_path / "video.json").read_text())[0]
+    assert summary["error_cost"] == "zero_one"
+    for row in summary["policies"].values():
+        assert row["mean_c_err"] == pytest.approx(1 - row["accuracy"])
+        assert row["mean_cost"] == pytest.approx(1 - row["accuracy"] + 4e-9 * row["mean_macs"])
+    assert "error cost zero_one" in (tmp_path / "video.md").read_text()
+    with pytest.raises(ValueError, match="error_cost must be one of"):
+        video_report([runs / "critic"], tmp_path, error_cost="hinge")
+
+
 def test_unfinished_runs_are_named(tmp_path):
     with pytest.raises(ValueError, match="have not finished"):
         video_report([tmp_path], tmp_path / "out")

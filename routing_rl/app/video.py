@@ -4,7 +4,10 @@
 (any learner, or an SB3 agent) and, for each run's trained net, routes the task's test clips
 with the run's learned policy and with the baselines of :mod:`routing_rl.agents.video` —
 always-deep, always-cheap, the frame-difference threshold (tuned on the run's validation
-clips at the run's k_cpt) and the oracle that recomputes at every cut and change. It writes:
+clips at the run's k_cpt) and the oracle that recomputes at every cut and change. Every policy
+is charged the same cost per frame, ``c_err + k_cpt × MACs``, with ``error_cost`` the
+cross-entropy of the frame's prediction (the env's default reward) or its 0/1 error (a
+labelling mistake, what an annotator pays); the threshold is tuned for that cost. It writes:
 
 * ``video.json`` — every policy's accuracy, MACs and cost per frame, per-frame curves;
 * ``video.md`` — the table, and per run whether the learned policy meets issue 12's target:
@@ -25,6 +28,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from routing_rl.agents import video as baselines
+from routing_rl.core.costs import ERROR_COSTS
 from routing_rl.core.execution import argmax_decide
 from routing_rl.envs.task import task_from_env
 from routing_rl.training.checkpoint import load_checkpoint
@@ -56,13 +60,14 @@ def load_run(run_dir: Path, device: torch.device):
     return config, task, net, argmax_decide
 
 
-def compare(run_dir: Path, device: torch.device) -> tuple[dict, dict[str, Episodes]]:
-    """Every policy on the test clips with one run's net: the summary and the episodes."""
+def compare(run_dir: Path, device: torch.device, error_cost: str = "cross_entropy") -> tuple[dict, dict[str, Episodes]]:
+    """Every policy on the test clips with one run's net, charged ``error_cost``: the summary
+    and the episodes."""
     config, task, net, learned = load_run(run_dir, device)
     k_cpt = float(config.k_cpt) if not config.dynamic_k_cpt else 4e-9
     dataset = task.dataset()
     _, validation = dataset.validation_split(config.validation_fraction, config.seed)
-    threshold, tried = baselines.tune_threshold(net, task, validation, k_cpt)
+    threshold, tried = baselines.tune_threshold(net, task, validation, k_cpt, error_kind=error_cost)
     policies = {
         f"learned ({config.agent})": learned,
         "always-deep": baselines.ALWAYS_DEEP,
@@ -70,7 +75,7 @@ def compare(run_dir: Path, device: torch.device) -> tuple[dict, dict[str, Episod
         "difference-threshold": baselines.difference_threshold(threshold),
         "oracle": baselines.Oracle(task.clips["test"].event),
     }
-    episodes = {name: run_episodes(net, task, dataset.test, policy, k_cpt) for name, policy in policies.items()}
+    episodes = {name: run_episodes(net, task, dataset.test, policy, k_cpt, error_cost) for name, policy in policies.items()}
     rows = {}
     for name, run in episodes.items():
         rows[name] = {
@@ -79,7 +84,7 @@ def compare(run_dir: Path, device: torch.device) -> tuple[dict, dict[str, Episod
             "leaves": {leaf: float((run.leaf == i).double().mean()) for i, leaf in enumerate(net.leaves)},
             **episode_metrics(run, k_cpt),
         }
-    summary = {"run": str(run_dir), "agent": config.agent, "k_cpt": k_cpt, "threshold": threshold,
+    summary = {"run": str(run_dir), "agent": config.agent, "k_cpt": k_cpt, "error_cost": error_cost, "threshold": threshold,
                "threshold_search": tried, "policies": rows, "target": target(rows, f"learned ({config.agent})")}
     return summary, episodes
 
@@ -116,7 +121,8 @@ def markdown(summaries: list[dict]) -> str:
         goal = summary["target"]
         closed = goal["share_of_deep_to_oracle_gap_closed"]
         lines.append(
-            f"- {Path(summary['run']).name} ({summary['agent']}, k_cpt {summary['k_cpt']:g}, threshold "
+            f"- {Path(summary['run']).name} ({summary['agent']}, k_cpt {summary['k_cpt']:g}, error cost "
+            f"{summary['error_cost']}, threshold "
             f"{summary['threshold']:.4g}): target {'met' if goal['met'] else 'NOT met'} — lower cost than every "
             f"baseline: {goal['lower_cost_than_every_baseline']}, accuracy within 1 point of always-deep: "
             f"{goal['accuracy_within_1_point_of_deep']}, at most half its MACs: {goal['at_most_half_deep_macs']}; "
@@ -126,8 +132,12 @@ def markdown(summaries: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def video_report(run_dirs: list[Path], out_dir: Path, device: str | torch.device = "cpu") -> list[Path]:
-    """Compare every run's learned policy with the baselines; write JSON, markdown and PNG."""
+def video_report(run_dirs: list[Path], out_dir: Path, device: str | torch.device = "cpu",
+                 error_cost: str = "cross_entropy") -> list[Path]:
+    """Compare every run's learned policy with the baselines, every policy charged
+    ``error_cost`` (``cross_entropy`` or ``zero_one``); write JSON, markdown and PNG."""
+    if error_cost not in ERROR_COSTS:
+        raise ValueError(f"error_cost must be one of {', '.join(ERROR_COSTS)}, got {error_cost!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.device(device)
@@ -136,7 +146,7 @@ def video_report(run_dirs: list[Path], out_dir: Path, device: str | torch.device
         raise ValueError(f"no metrics.json in {', '.join(missing)}: those runs have not finished")
     summaries, first = [], None
     for run_dir in run_dirs:
-        summary, episodes = compare(Path(run_dir), device)
+        summary, episodes = compare(Path(run_dir), device, error_cost)
         summaries.append(summary)
         if first is None:
             first = (run_dir, summary, episodes)
@@ -161,9 +171,11 @@ def main(argv: list[str] | None = None, prog: str = "video_report.py") -> int:
     parser.add_argument("runs", nargs="+", help="finished run directories on routing_rl/VideoRouting-v0")
     parser.add_argument("--out", default="figures/video", help="folder for video.json, video.md, video.png")
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--error-cost", default="cross_entropy", choices=ERROR_COSTS,
+                        help="c_err charged per frame: cross_entropy (the env's reward) or zero_one (default: cross_entropy)")
     args = parser.parse_args(argv)
     try:
-        written = video_report(args.runs, args.out, args.device)
+        written = video_report(args.runs, args.out, args.device, args.error_cost)
     except ValueError as error:
         parser.exit(2, f"{prog}: error: {error}\n")
     print("\n".join(map(str, written)))
