@@ -57,14 +57,15 @@ class ActorLearner(SGDLearner):
         reach_junction = reach.detach()[:, self.junction_columns]
         decisiveness = torch.stack([out.scores[j].square().sum(1) for j in self.net.junctions], dim=1)
         c_dec = self.config.k_dec * (reach_junction * decisiveness).sum(1).mean()
-        c_mod = self.c_mod(self.batch_mean(reach.detach()))
+        usage = self.batch_mean(reach.detach())
         p_leaf = p_leaf.detach()
         return {
             "c_err": c_err,
             "c_cpt": c_cpt,
-            "c_mod": c_mod,
+            "c_mod": self.c_mod(usage),
             "c_dec": c_dec,
             "reach": reach,
+            "usage": usage,
             "accuracy": (p_leaf * leaf_correct(self.net, out, batch.labels)).sum(1).mean(),
             "mean_macs": (p_leaf * self.leaf_macs).sum(1).mean(),
         }

@@ -129,16 +129,19 @@ class SGDLearner(Learner):
         """c_mod of the net; see :meth:`RoutedSGD.c_mod`."""
         return self.sgd.c_mod(usage)
 
-    def step(self, loss: torch.Tensor, iteration: int, reach: torch.Tensor | None = None) -> float:
-        """One optimiser step on ``loss`` (TALR from ``reach`` when given); returns the lr."""
-        return self.sgd.step(loss, iteration, reach)
+    def step(self, loss: torch.Tensor, iteration: int, reach: torch.Tensor | None = None,
+             usage: torch.Tensor | None = None) -> float:
+        """One optimiser step on ``loss`` with c_mod's gradient for node usage ``usage`` (None:
+        every node always used) and TALR from ``reach`` when given; returns the lr."""
+        return self.sgd.step(loss, iteration, reach, usage)
 
     def routed_step(self, terms: dict[str, torch.Tensor], names: tuple[str, ...], iteration: int) -> dict[str, float]:
-        """One step of a routing learner: the sum of the loss terms ``names``, TALR from
-        ``terms["reach"]`` ``(B, N)``, and the scalars to log. ``terms`` also carries the
-        training-policy ``accuracy`` and ``mean_macs``; ``self.policy`` is the training policy."""
+        """One step of a routing learner: the sum of the loss terms ``names``, c_mod's gradient
+        for ``terms["usage"]`` ``(N,)``, TALR from ``terms["reach"]`` ``(B, N)``, and the
+        scalars to log. ``terms`` also carries the training-policy ``accuracy`` and
+        ``mean_macs``; ``self.policy`` is the training policy."""
         total = sum(terms[name] for name in names)
-        lr = self.step(total, iteration, terms["reach"])
+        lr = self.step(total, iteration, terms["reach"], terms["usage"])
         return scalars({
             **{f"losses/{name}": terms[name] for name in names},
             "losses/total": total,

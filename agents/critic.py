@@ -244,12 +244,14 @@ class CriticLearner(SGDLearner):
             [(out.scores[j] - targets[j]).square().sum(1) for j in self.net.junctions], dim=1
         )
         reach_junction = reach[:, [self.paths.node_index[j] for j in self.net.junctions]]
+        usage = self.batch_mean(reach)
         return {
             "c_err": (p_leaf * errors).sum(1).mean(),
             "c_cpt": expected_c_cpt(p_leaf, k_cpt, self.leaf_cost),
             "c_ure": self.config.k_ure * (reach_junction * regression).sum(1).mean(),
-            "c_mod": self.c_mod(self.batch_mean(reach)),
+            "c_mod": self.c_mod(usage),
             "reach": reach,
+            "usage": usage,
             "targets": targets,
             "accuracy": (p_leaf * leaf_correct(self.net, out, labels)).sum(1).mean(),
             "mean_macs": (p_leaf * self.leaf_macs).sum(1).mean(),
@@ -285,12 +287,14 @@ class CriticLearner(SGDLearner):
         macs = routed.macs.to(self.dtype)
         # every head that ran learns from every example it ran on (the path's leaf alone without side heads)
         c_err = torch.stack([loss.sum() for loss in head_losses.values()]).sum() / size
+        usage = self.batch_mean(reach)
         return {
             "c_err": c_err,
             "c_cpt": c_cpt(k_cpt, self.leaf_cost[routed.leaf]).mean(),
             "c_ure": self.config.k_ure * torch.stack(squared).sum() / size,
-            "c_mod": self.c_mod(self.batch_mean(reach)),
+            "c_mod": self.c_mod(usage),
             "reach": reach,
+            "usage": usage,
             "targets": targets,
             "accuracy": (routed.pred == labels).float().mean(),
             "mean_macs": macs.mean(),

@@ -158,10 +158,11 @@ class FeatureTrainer:
                 reach = torch.zeros(len(labels), len(self.node_index), device=device)
                 for name, index in routed.visits.items():
                     reach[index, self.node_index[name]] = 1.0
-            c_mod = self.sgd.c_mod(reach.mean(0))
+            usage = reach.mean(0)
+            c_mod = self.sgd.c_mod(usage)
             losses = {"losses/c_err": c_err.item(), "losses/c_mod": c_mod.item()}
             check_finite(sum(losses.values()), "feature network's training loss", self.updates + 1, self.lr())
-            lr = self.sgd.step(c_err + c_mod, self.updates, reach)
+            lr = self.sgd.step(c_err, self.updates, reach, usage)
             self._refresh_statistics(images, replay, k_cpt)
         finally:
             self.net.train(was_training)

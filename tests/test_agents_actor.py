@@ -86,6 +86,30 @@ def test_c_mod_weights_each_node_by_its_mean_reach_probability():
     torch.testing.assert_close(terms["c_mod"], 1e-4 * expected)
 
 
+def test_the_step_adds_the_gradient_of_c_mod_for_the_usage_it_is_given():
+    """c_mod's gradient is added after backward(), not back-propagated: one step must move the
+    weights exactly as back-propagating the usage-weighted c_mod did, TALR and momentum included."""
+    from routing_rl.training.sgd import node_weights
+
+    config = make_config("smoke", agent="actor", k_l2=0.05)
+    after = {}
+    for way in ("added", "back-propagated", "left out"):
+        torch.manual_seed(0)
+        net = random_routers(vector_tree().double())
+        learner = ActorLearner(net, config, CPU)
+        terms = learner.losses(synthetic(), 0)
+        loss, usage = terms["c_err"] + terms["c_cpt"] + terms["c_dec"], terms["usage"]
+        if way == "back-propagated":
+            loss = loss + config.k_l2 * sum(
+                usage[k] * sum(w.square().sum() for w in node_weights(net.nodes[name])) for k, name in enumerate(net.order)
+            )
+        learner.sgd.step(loss, 0, terms["reach"], usage if way == "added" else torch.zeros_like(usage))
+        after[way] = {name: p.detach().clone() for name, p in net.named_parameters()}
+    for name, value in after["back-propagated"].items():
+        torch.testing.assert_close(after["added"][name], value, msg=name)
+    assert any(not torch.allclose(after["left out"][n], v) for n, v in after["back-propagated"].items())
+
+
 def test_gradients_reach_the_routers_through_the_probabilities():
     net = vector_tree().double()
     learner = ActorLearner(net, make_config("smoke", agent="actor", k_dec=0.0, k_l2=0.0), CPU)

@@ -47,3 +47,16 @@ def test_video_benchmark_times_every_policy_on_the_same_clips(monkeypatch):
     assert result["frames"] == 12 and result["learned_policy"] == "oracle"
     assert result["mac_ratio_vs_deep"] > 1
     assert result["frames_per_second_always_deep"] > 0 and result["speedup_vs_deep"] > 0
+
+
+def test_step_profile_counts_the_operators_of_a_static_step(monkeypatch):
+    import bench_learners
+    import profile_step
+
+    monkeypatch.setattr(bench_learners, "BATCH_SIZE", 4)
+    result = profile_step.profile(torch.device("cpu"), "static8", steps=1, compile=False, rows=5)
+    # static-8: 8 columns of convolutions, each run forward and backward
+    assert "convolution_backward" in result["table"]
+    assert result["aten_calls_per_step"] > 2 * 32
+    assert result["step_seconds_synchronised"] > 0 and result["step_seconds_free_running"] > 0
+    assert result["device_seconds_per_step"] is None

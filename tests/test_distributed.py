@@ -176,7 +176,7 @@ def actor_gradients(distributed: Distributed | None, double: bool = False) -> di
         learner.net.double()
     images = train.images[index].to(next(learner.net.parameters()).dtype)
     terms = learner.losses(Split(images, train.labels[index], train.source[index]), 0)
-    (terms["c_err"] + terms["c_cpt"] + terms["c_mod"] + terms["c_dec"]).backward()
+    (terms["c_err"] + terms["c_cpt"] + terms["c_dec"]).backward()  # c_mod: its gradient is added by the step
     return {name: p.grad.double() for name, p in learner.net.named_parameters() if p.grad is not None}
 
 

@@ -11,7 +11,11 @@
     norm parameters) of each node's transform and router, weighted by ``p̄_node``, the
     stop-gradient mean over the batch of the probability that the training policy activates
     the node (1 where every example passes). So a rarely used layer is regularised as
-    rarely as it is used, which is the paper's ``E[k_L2 Σ_{w ∈ W(d̂)} w²]``;
+    rarely as it is used, which is the paper's ``E[k_L2 Σ_{w ∈ W(d̂)} w²]``. Its gradient,
+    ``2 k_L2 p̄_node w``, is added to the weights' gradients after ``backward()`` (two fused
+    multi-tensor kernels) rather than back-propagated: through autograd it cost a square, a
+    sum and an addition per weight tensor each way, a third of a static-8 step's kernel
+    launches, which is what bounds a step on a GPU;
   - TALR (:mod:`routing_rl.core.talr`) from the nodes' reach between ``backward()`` and the
     optimiser step;
   - data parallel (:meth:`RoutedSGD.distribute`): the loss scaled by this process's share of
@@ -71,8 +75,11 @@ class RoutedSGD:
         self.options = options
         self.optimizer = torch.optim.SGD(net.parameters(), lr=options.lr, momentum=options.momentum)
         self.gradients = NodeGradients(net)
-        self.weights = [node_weights(net.nodes[name], regularise_routers) for name in net.order]
+        node_lists = [node_weights(net.nodes[name], regularise_routers) for name in net.order]
+        self.weights = [w for weights in node_lists for w in weights]
         parameter = next(net.parameters())
+        self.weight_node = torch.tensor([k for k, weights in enumerate(node_lists) for _ in weights],
+                                        dtype=torch.long, device=parameter.device)
         self.dtype, self.device = parameter.dtype, parameter.device
         self.parameters = list(net.parameters())
         self.distributed: Distributed | None = None
@@ -88,24 +95,30 @@ class RoutedSGD:
         return halving(self.options.lr, step, self.options.lr_half_life)
 
     def c_mod(self, usage: torch.Tensor | None = None) -> torch.Tensor:
-        """``k_L2 · Σ_k usage[k] · Σ w²`` over nodes in ``net.order``; ``usage`` ``(N,)``
-        (stop-gradient), None meaning every node is always used."""
-        zero = torch.zeros((), dtype=self.dtype, device=self.device)
-        squares = torch.stack([sum((w.square().sum() for w in weights), zero) for weights in self.weights])
-        if usage is not None:
-            squares = squares * usage.detach().to(squares.dtype)
-        return self.options.k_l2 * squares.sum()
+        """``k_L2 · Σ_k usage[k] · Σ w²`` over nodes in ``net.order``; ``usage`` ``(N,)``, None
+        meaning every node is always used. A value to log, without a graph: :meth:`step`
+        adds its gradient for the same ``usage``."""
+        with torch.no_grad():
+            if not self.weights:
+                return torch.zeros((), dtype=self.dtype, device=self.device)
+            squares = torch.stack(torch._foreach_norm(self.weights)).square()
+            if usage is not None:
+                squares = squares * usage.detach().to(squares.dtype)[self.weight_node]
+            return self.options.k_l2 * squares.sum()
 
-    def step(self, loss: torch.Tensor, step: int, reach: torch.Tensor | None = None) -> float:
-        """Back-propagate ``loss``; with ``reach`` ``(B, N)`` (nodes in ``net.order``) and
-        ``options.talr``, scale each node's gradient by TALR; take one SGD step at the
-        scheduled learning rate, which is returned."""
+    def step(self, loss: torch.Tensor, step: int, reach: torch.Tensor | None = None,
+             usage: torch.Tensor | None = None) -> float:
+        """Back-propagate ``loss`` (c_mod's value in it is a constant); add c_mod's gradient
+        for node usage ``usage`` ``(N,)`` (None: every node always used); with ``reach``
+        ``(B, N)`` (nodes in ``net.order``) and ``options.talr``, scale each node's gradient
+        by TALR; take one SGD step at the scheduled learning rate, which is returned."""
         self.optimizer.zero_grad(set_to_none=True)
         if self.distributed is None:
             loss.backward()
         else:
             (loss * self.share).backward()
             self.distributed.reduce_gradients(self.parameters)
+        self._add_c_mod_gradient(usage)
         if reach is not None and self.options.talr:
             mean = None if self.distributed is None else self.distributed.batch_mean
             self.gradients.scale(talr_scales(reach, self.options.probability_floor, mean))
@@ -114,6 +127,24 @@ class RoutedSGD:
             group["lr"] = lr
         self.optimizer.step()
         return lr
+
+    @torch.no_grad()
+    def _add_c_mod_gradient(self, usage: torch.Tensor | None) -> None:
+        """``grad += 2 k_L2 usage[node] w`` for every regularised weight ``w``; a weight
+        without a gradient (not reached) gets this alone, so that momentum moves it as it
+        would if c_mod were back-propagated."""
+        if not self.weights:
+            return
+        for w in self.weights:
+            if w.grad is None:
+                w.grad = torch.zeros_like(w)
+        grads = [w.grad for w in self.weights]
+        scale = 2.0 * self.options.k_l2
+        if usage is None:
+            torch._foreach_add_(grads, self.weights, alpha=scale)
+        else:
+            coefficients = (scale * usage.detach().to(self.dtype)[self.weight_node]).tolist()
+            torch._foreach_add_(grads, torch._foreach_mul(self.weights, coefficients))
 
     def state_dict(self) -> dict:
         return self.optimizer.state_dict()
