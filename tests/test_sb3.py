@@ -102,6 +102,7 @@ def test_dqn_maps_eps_greedy_and_gamma_one(tmp_path):
     model = train_sb3(config, tiny_dataset(), tmp_path, torch.device("cpu")).model
     assert isinstance(model, DQN)
     assert model.exploration_final_eps == 0.05 and model.exploration_initial_eps == 1.0
+    assert model.exploration_fraction == 0.5, "ε anneals over the first half of the image budget"
     assert model.gamma == 1.0
     assert model.exploration_rate == pytest.approx(0.05), "exploration anneals on the image budget, which is spent"
     assert model.feature_trainer.options.execution == "full", "every head learns, whatever ε explores"
