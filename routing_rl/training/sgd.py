@@ -14,8 +14,8 @@
     rarely as it is used, which is the paper's ``E[k_L2 Σ_{w ∈ W(d̂)} w²]``. Its gradient,
     ``2 k_L2 p̄_node w``, is added to the weights' gradients after ``backward()`` (two fused
     multi-tensor kernels) rather than back-propagated: through autograd it cost a square, a
-    sum and an addition per weight tensor each way, a third of a static-8 step's kernel
-    launches, which is what bounds a step on a GPU;
+    sum and an addition per weight tensor each way, a quarter of a static-8 step's
+    operators, and a step on a GPU is bound by launching them;
   - TALR (:mod:`routing_rl.core.talr`) from the nodes' reach between ``backward()`` and the
     optimiser step;
   - data parallel (:meth:`RoutedSGD.distribute`): the loss scaled by this process's share of
