@@ -10,13 +10,8 @@
 # .data/datasets/ (both git-ignored, carried). DEVICE=cpu ITERATIONS=20 checks the plumbing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-DEVICE=${DEVICE:-cuda}
 ITERATIONS=${ITERATIONS:-2000}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/rrl-site . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
-export PYTHONPATH=/tmp/rrl-site:$PWD/.site PYTHONUNBUFFERED=1
-export ROUTING_RL_DATA_DIR=$PWD/.data/datasets ROUTING_RL_CACHE=/tmp/rrl-cache
+source gpu/env.sh
 log() { echo "$(date +%T) $*" | tee -a "$OUT/cuda.log"; }
 CORES=$(nproc)
 log "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null); $CORES cores"
