@@ -65,3 +65,30 @@ def test_compile_is_for_the_gradient_learners():
     assert make_config("smoke", agent="actor", compile=True).compile
     with pytest.raises(ValueError, match="drop --compile"):
         make_config("smoke", agent="ppo", compile=True)
+
+
+def test_a_compiled_column_pools_by_pairwise_maxima_with_eager_gradients():
+    """Inside torch.compile a column halves its maps with two pairwise maxima (which inductor
+    fuses), eagerly with max_pool2d: the same values, and the same gradients where no two
+    maxima tie."""
+    reason = compiler_missing(CPU)
+    if reason:
+        pytest.skip(f"torch.compile cannot build CPU kernels here: {reason}")
+    from routing_rl.nets.multiscale import Column
+
+    torch.manual_seed(0)
+    eager = Column(in_channels=(3, 3, 3), out_channels=(4, 4, 4), image_input=True)
+    compiled = copy.deepcopy(eager)
+    x = torch.rand(6, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    compiled_forward = torch.compile(compiled)
+
+    def loss(outputs):
+        return sum((o * torch.linspace(-1, 1, o.numel()).view_as(o)).sum() for o in outputs)
+
+    loss(eager(x)).backward()
+    loss(compiled_forward(x)).backward()
+    # a bias before batch norm has a zero gradient up to float rounding: compare at the
+    # scale of the largest gradient, not element by element
+    scale = max(float(p.grad.abs().max()) for p in eager.parameters())
+    for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5 * scale, msg=lambda text, name=name: f"{name}: {text}")

@@ -60,3 +60,14 @@ def test_step_profile_counts_the_operators_of_a_static_step(monkeypatch):
     assert result["aten_calls_per_step"] > 2 * 32
     assert result["step_seconds_synchronised"] > 0 and result["step_seconds_free_running"] > 0
     assert result["device_seconds_per_step"] is None
+
+
+def test_vecenv_benchmark_reports_its_ratio_against_the_bound_at_the_slots_batches():
+    import bench_vecenv
+
+    result = bench_vecenv.run(torch.device("cpu"), num_envs=16, rounds=1, steps=2, single_steps=2)
+    assert 0 < result["vecenv_mean_macs_per_step"] < bench_vecenv.chain().full_macs
+    assert result["mac_mix_bound"] > 0 and result["mac_mix_bound_at_slot_batches"] > 0
+    assert result["vecenv_over_bound"] == pytest.approx(
+        result["vecenv_throughput_ratio"] / result["mac_mix_bound_at_slot_batches"])
+    assert result["target"] == "vecenv_throughput_ratio >= 0.6"

@@ -13,6 +13,7 @@ takes an arch name (``static-N``, ``chain``, ``tree``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -51,9 +52,11 @@ def image_pyramid(x: torch.Tensor, levels: int = PYRAMID_LEVELS) -> list[torch.T
 
 
 def max_pool_halve(x: torch.Tensor) -> torch.Tensor:
-    """``F.max_pool2d(x, 2)`` for inference: on a batch of maps with even sides, two pairwise
-    maxima give the same values without the pooling kernel's index bookkeeping, about ten
-    times faster on channels-last maps on the CPU. (A lone example keeps the single call.)"""
+    """``F.max_pool2d(x, 2)`` for inference and compiled training: on a batch of maps with
+    even sides, two pairwise maxima give the same values without the pooling kernel's index
+    bookkeeping, about ten times faster on channels-last maps on the CPU. (A lone example
+    keeps the single call.) Their gradient differs only where two maxima tie exactly: it is
+    split between them, where max pooling gives it all to the first."""
     if x.shape[0] == 1 or x.shape[-1] % 2 or x.shape[-2] % 2:
         return F.max_pool2d(x, 2)
     rows = torch.maximum(x[:, :, 0::2], x[:, :, 1::2])
@@ -110,11 +113,14 @@ class Column(Foldable):
         pyramid = pyramid[len(pyramid) - len(self.convs):]
         if use_folded(self, self._layers):
             return self._folded_forward(pyramid)
+        # inductor fuses two pairwise maxima (and their gradient) with the neighbouring
+        # kernels; its max_pool2d-with-indices kernels ran slower than eager ones on the CPU
+        halve = max_pool_halve if torch.compiler.is_compiling() else partial(F.max_pool2d, kernel_size=2)
         outputs: list[torch.Tensor] = []
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             z = conv(pyramid[i])
             if i > 0:
-                z = z + self.links[i - 1](F.max_pool2d(outputs[-1], 2))
+                z = z + self.links[i - 1](halve(outputs[-1]))
             outputs.append(F.relu(norm(z), inplace=True))
         return outputs
 

@@ -2,15 +2,15 @@
 ``--compile`` (machine settings: a resumed run may switch them).
 
 * ``channels_last``: convolution weights in channels-last (NHWC) memory format, so every
-  activation follows. On the CPU oneDNN's convolutions then skip reordering each activation
-  and max pooling vectorises over channels: 1.35–1.4× on the static-8 and actor-chain steps
-  on a 2-core x86 CPU (``benchmarks/run.py --only learners``).
+  activation follows. The multiscale columns already put their maps in channels-last on the
+  CPU, so there it adds 1.0–1.04× (``benchmarks/run.py --only learners``).
 * ``compile``: ``torch.compile`` of the full evaluation (``net.forward``, what the static,
   actor and full-tree critic steps run): batch norm, ReLU, additions and pooling of the
   forward and backward passes become fused generated kernels (C++ on the CPU, Triton on
-  CUDA). The first step compiles (minutes on a small CPU, once per process). Routed
-  execution (sampled critics, evaluation) runs nodes on sub-batches whose size changes every
-  call and stays eager.
+  CUDA): 1.07–1.13× on the static-8 and actor-chain steps on a 2-core x86 CPU, whose
+  convolutions (about 70% of a step) it leaves as they are. The first step compiles (tens of
+  seconds on a small CPU, once per process). Routed execution (sampled critics, evaluation)
+  runs nodes on sub-batches whose size changes every call and stays eager.
 
 Parameters, state dicts and checkpoints are the same with and without either option.
 """
