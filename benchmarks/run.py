@@ -28,6 +28,7 @@ BENCHMARKS = {
     "data": "bench_data",
     "learners": "bench_learners",
     "vecenv": "bench_vecenv",
+    "latency": "bench_latency",
     "video": "bench_video",
 }
 

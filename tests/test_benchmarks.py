@@ -71,3 +71,16 @@ def test_vecenv_benchmark_reports_its_ratio_against_the_bound_at_the_slots_batch
     assert result["vecenv_over_bound"] == pytest.approx(
         result["vecenv_throughput_ratio"] / result["mac_mix_bound_at_slot_batches"])
     assert result["target"] == "vecenv_throughput_ratio >= 0.6"
+
+
+def test_latency_benchmark_prices_every_column_against_its_macs():
+    import bench_latency
+
+    result = bench_latency.run(torch.device("cpu"), batch_sizes=(2,), repeats=1, warmup=0)
+    ratios = [result[f"b2_col{k}_time_over_macs"] for k in range(1, 9)]
+    assert all(r > 0 for r in ratios)
+    # MAC-equivalents share out the full net's MACs by time: weighted by MACs, they average 1
+    net = bench_latency.chain()
+    macs = [net.macs[f"col{k}"] + net.router_macs[f"col{k}"] + net.macs[f"exit{k}"] for k in range(1, 9)]
+    assert sum(r * m for r, m in zip(ratios, macs)) == pytest.approx(net.full_macs, rel=1e-6)
+    assert 0 < result["b2_exit1_mac_share"] < 0.1 and result["b2_us_per_example"] > 0
