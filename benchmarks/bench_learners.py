@@ -35,7 +35,8 @@ Linux a child process inherits its parent's peak through fork and exec.)
 * ``{static8,actor_chain}_{channels_last,compiled,channels_last_compiled}_speedup`` — eager
   step time / step time with ``--channels-last``, ``--compile`` or both
   (:mod:`routing_rl.training.acceleration`), timed in turns with the eager learner after
-  the first (compiling) steps, whose time is ``*_first_steps_seconds``. Target on the CPU:
+  the first (compiling) steps, whose time is ``*_first_steps_seconds``; on CUDA also bf16
+  autocast and ``cuda_graphs`` (``torch.compile(mode="reduce-overhead")``). Target on the CPU:
   >= 1.5 for both steps. ``*_paper_schedule_minutes``: the paper's 80,000 iterations at the
   measured step time (target on one H100-class GPU: <= 5 minutes per net).
 
@@ -99,22 +100,48 @@ class _Autocast:
             return self.learner.train_step(batch, iteration)
 
 
+class _CudaGraphs:
+    """A learner whose net is compiled with ``mode="reduce-overhead"``: on CUDA the compiled
+    forward and backward replay as CUDA graphs, one launch for hundreds of kernels (a
+    measurement of what graph capture would give the host-bound steps, not an option yet;
+    elsewhere torch.compile runs it as plain ``--compile``)."""
+
+    def __init__(self, learner):
+        self.learner = learner
+        learner.net.compile(mode="reduce-overhead")
+
+    def train_step(self, batch, iteration):
+        torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs are spent
+        return self.learner.train_step(batch, iteration)
+
+
+def _accelerated_learner(device: torch.device, mode: str, overrides: dict):
+    if mode == "bf16_autocast":
+        return _Autocast(_learner(device, **overrides), device)
+    if mode == "cuda_graphs":
+        return _CudaGraphs(_learner(device, **overrides))
+    return _learner(device, **ACCELERATIONS[mode], **overrides)
+
+
 def accelerated_comparison(device: torch.device, repeats: int = 7, modes: tuple[str, ...] | None = None) -> dict:
-    """Eager against ``--channels-last``, ``--compile``, both (and on CUDA bf16 autocast) for
-    static-8 and the actor chain, timed in turns after each learner's first (compiling) steps."""
+    """Eager against ``--channels-last``, ``--compile``, both (and on CUDA bf16 autocast and
+    CUDA graphs) for static-8 and the actor chain, timed in turns after each learner's first
+    (compiling) steps. A mode that fails is left out, with its error in ``*_error``."""
     if modes is None:
         modes = tuple(m for m, o in ACCELERATIONS.items() if not o.get("compile") or compiler_missing(device) is None)
-        modes += ("bf16_autocast",) if device.type == "cuda" else ()
+        modes += ("bf16_autocast", "cuda_graphs") if device.type == "cuda" else ()
     out = {}
     for name, overrides in ACCELERATED_CASES.items():
         learners = {"eager": _learner(device, **overrides)}
         for mode in modes:
-            if mode == "bf16_autocast":
-                learners[mode] = _Autocast(_learner(device, **overrides), device)
-            else:
-                learners[mode] = _learner(device, **ACCELERATIONS[mode], **overrides)
             start = time.perf_counter()
-            _alternating_step_seconds({mode: learners[mode]}, device, repeats=0, warmup=2)
+            try:
+                learner = _accelerated_learner(device, mode, overrides)
+                _alternating_step_seconds({mode: learner}, device, repeats=0, warmup=2)
+            except Exception as error:  # a measurement to report, not a reason to lose the others
+                out[f"{name}_{mode}_error"] = f"{type(error).__name__}: {error}"[:500]
+                continue
+            learners[mode] = learner
             out[f"{name}_{mode}_first_steps_seconds"] = time.perf_counter() - start
         times = _alternating_step_seconds(learners, device, repeats)
         for mode in learners:
@@ -282,7 +309,8 @@ def main() -> None:
     parser.add_argument("--memory-probe", choices=sorted(CRITIC_MODES), help=argparse.SUPPRESS)
     parser.add_argument("--only-accelerated", action="store_true", help="only eager against --channels-last/--compile, current threads")
     parser.add_argument("--repeats", type=int, default=7, help="timed steps per learner (default: 7)")
-    parser.add_argument("--modes", nargs="+", choices=[*ACCELERATIONS, "bf16_autocast"], help="with --only-accelerated: these only")
+    parser.add_argument("--modes", nargs="+", choices=[*ACCELERATIONS, "bf16_autocast", "cuda_graphs"],
+                        help="with --only-accelerated: these only")
     args = parser.parse_args()
     device = torch.device(args.device)
     if args.memory_probe:

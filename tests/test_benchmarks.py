@@ -84,3 +84,21 @@ def test_latency_benchmark_prices_every_column_against_its_macs():
     macs = [net.macs[f"col{k}"] + net.router_macs[f"col{k}"] + net.macs[f"exit{k}"] for k in range(1, 9)]
     assert sum(r * m for r, m in zip(ratios, macs)) == pytest.approx(net.full_macs, rel=1e-6)
     assert 0 < result["b2_exit1_mac_share"] < 0.1 and result["b2_us_per_example"] > 0
+
+
+def test_an_acceleration_that_fails_is_reported_and_the_others_still_timed(monkeypatch):
+    import bench_learners
+
+    monkeypatch.setattr(bench_learners, "BATCH_SIZE", 4)
+    monkeypatch.setattr(bench_learners, "ACCELERATED_CASES", {"static1": dict(agent="static", arch="static-1")})
+    build = bench_learners._accelerated_learner
+
+    def failing_autocast(device, mode, overrides):
+        if mode == "bf16_autocast":
+            raise RuntimeError("no bf16 here")
+        return build(device, mode, overrides)
+
+    monkeypatch.setattr(bench_learners, "_accelerated_learner", failing_autocast)
+    out = bench_learners.accelerated_comparison(torch.device("cpu"), repeats=1, modes=("channels_last", "bf16_autocast"))
+    assert out["static1_bf16_autocast_error"] == "RuntimeError: no bf16 here"
+    assert "static1_bf16_autocast_speedup" not in out and out["static1_channels_last_speedup"] > 0
