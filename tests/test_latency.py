@@ -175,3 +175,11 @@ def test_latency_points_are_matched_with_mac_points_of_equal_accuracy():
               point("latency", 4e-9, 0.949, 60), point("latency", 6.4e-8, 0.900, 30), point("macs", 4e-9, 0.949, 10, batch=1)]
     (found,) = matches(points)
     assert found["macs"]["k_cpt"] == 4e-9 and found["time_ratio"] == pytest.approx(60 / 80)
+
+
+def test_figures_join_only_the_points_no_other_beats():
+    from routing_rl.app.plots import frontier
+
+    points = [{"us": 3.0, "accuracy": 0.93}, {"us": 1.0, "accuracy": 0.90}, {"us": 2.0, "accuracy": 0.85},
+              {"us": 3.0, "accuracy": 0.95}, {"us": 4.0, "accuracy": 0.95}]
+    assert [(p["us"], p["accuracy"]) for p in frontier(points, "us")] == [(1.0, 0.90), (3.0, 0.95)]

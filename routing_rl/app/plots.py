@@ -42,7 +42,7 @@ def accuracy_macs_figure(points: Sequence[dict], title: str = "") -> Figure:
     """Accuracy (%) against mean MACs per example.
 
     points: dicts with ``series`` (the legend entry), ``accuracy`` (0..1) and ``mean_macs``;
-    points of one series are joined by a line in order of MACs when there are several.
+    each series' frontier (its points that no other of its points beats) is joined by a line.
     """
     figure, ax = plt.subplots(figsize=(7, 4.5))
     _accuracy_panel(ax, points, "mean_macs", "mean MACs per example")
@@ -65,15 +65,29 @@ def accuracy_time_figure(points: Sequence[dict], title: str = "") -> Figure:
     return figure
 
 
+def frontier(points: Sequence[dict], x: str) -> list[dict]:
+    """The points no other point beats (as low an ``x`` and a higher accuracy, or a lower
+    ``x`` and as high an accuracy), in order of ``x``."""
+    best, kept = float("-inf"), []
+    for point in sorted(points, key=lambda p: (p[x], -p["accuracy"])):
+        if point["accuracy"] > best:
+            best = point["accuracy"]
+            kept.append(point)
+    return kept
+
+
 def _accuracy_panel(ax, points: Sequence[dict], x: str, xlabel: str) -> None:
-    """Test accuracy (%) against ``point[x]``, one line per ``series`` in order of ``x``."""
+    """Test accuracy (%) against ``point[x]``: every point of a ``series`` as a marker, its
+    :func:`frontier` joined by a line (runs of several seeds would zigzag otherwise)."""
     series: dict[str, list[dict]] = {}
     for point in points:
         series.setdefault(point["series"], []).append(point)
     for name, members in series.items():
-        members = sorted(members, key=lambda p: p[x])
-        style = "-o" if len(members) > 1 else "o"
-        ax.plot([p[x] for p in members], [100 * p["accuracy"] for p in members], style, label=name, markersize=5)
+        line = frontier(members, x)
+        drawn = ax.plot([p[x] for p in line], [100 * p["accuracy"] for p in line], "-" if len(line) > 1 else "",
+                        label=name)[0]
+        ax.plot([p[x] for p in members], [100 * p["accuracy"] for p in members], "o", color=drawn.get_color(),
+                markersize=5)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("test accuracy (%)")
     ax.grid(alpha=0.3)
