@@ -13,7 +13,6 @@ takes an arch name (``static-N``, ``chain``, ``tree``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -115,12 +114,13 @@ class Column(Foldable):
             return self._folded_forward(pyramid)
         # inductor fuses two pairwise maxima (and their gradient) with the neighbouring
         # kernels; its max_pool2d-with-indices kernels ran slower than eager ones on the CPU
-        halve = max_pool_halve if torch.compiler.is_compiling() else partial(F.max_pool2d, kernel_size=2)
+        compiling = torch.compiler.is_compiling()
         outputs: list[torch.Tensor] = []
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             z = conv(pyramid[i])
             if i > 0:
-                z = z + self.links[i - 1](halve(outputs[-1]))
+                finer = outputs[-1]
+                z = z + self.links[i - 1](max_pool_halve(finer) if compiling else F.max_pool2d(finer, 2))
             outputs.append(F.relu(norm(z), inplace=True))
         return outputs
 
