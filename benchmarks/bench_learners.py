@@ -35,10 +35,21 @@ Linux a child process inherits its parent's peak through fork and exec.)
 * ``{static8,actor_chain}_{channels_last,compiled,channels_last_compiled}_speedup`` — eager
   step time / step time with ``--channels-last``, ``--compile`` or both
   (:mod:`routing_rl.training.acceleration`), timed in turns with the eager learner after
-  the first (compiling) steps, whose time is ``*_first_steps_seconds``; on CUDA also bf16
-  autocast and ``cuda_graphs`` (``torch.compile(mode="reduce-overhead")``). Target on the CPU:
-  >= 1.5 for both steps. ``*_paper_schedule_minutes``: the paper's 80,000 iterations at the
-  measured step time (target on one H100-class GPU: <= 5 minutes per net).
+  the first (compiling) steps, whose time is ``*_first_steps_seconds``; also bf16 autocast
+  on CUDA and on CPUs with native bf16 (a measurement: it changes results beyond float
+  rounding), and on CUDA ``cuda_graphs`` (``torch.compile(mode="reduce-overhead")``). Target
+  on the CPU: >= 1.5 for both steps. ``*_paper_schedule_minutes``: the paper's 80,000
+  iterations at the measured step time (target on one H100-class GPU: <= 5 minutes per net).
+  ``*_update_difference`` — how far a mode's results are from eager ones: after one step from
+  the same weights on the same batch, ‖update − eager update‖ / ‖eager update‖; beside it
+  ``*_fp64_update_difference``, the eager fp32 update against the same step in fp64, the
+  scale of float rounding in that step (BN'd columns at initialisation on random labels make
+  it about 1%, not 1e-6).
+* ``{static8,actor_chain}_convolution_share`` (CPU) — the share of an eager step's time spent
+  in the convolutions, forward and backward (their operators' own time in ``torch.profiler``,
+  median over a few steps); ``*_speedup_bound`` = 1 / that share: the
+  speedup of a step whose every other operator, and the Python around them, took no time —
+  the ceiling of any fp32 change that leaves the convolutions as they are.
 
     python benchmarks/bench_learners.py            # prints the JSON result, on the CPU
     python benchmarks/bench_learners.py --only-accelerated --device cuda --repeats 50
@@ -47,6 +58,7 @@ Linux a child process inherits its parent's peak through fork and exec.)
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import subprocess
@@ -129,27 +141,81 @@ def accelerated_comparison(device: torch.device, repeats: int = 7, modes: tuple[
     (compiling) steps. A mode that fails is left out, with its error in ``*_error``."""
     if modes is None:
         modes = tuple(m for m, o in ACCELERATIONS.items() if not o.get("compile") or compiler_missing(device) is None)
-        modes += ("bf16_autocast", "cuda_graphs") if device.type == "cuda" else ()
+        modes += ("bf16_autocast",) if device.type == "cuda" or cpu_has_bf16() else ()
+        modes += ("cuda_graphs",) if device.type == "cuda" else ()
     out = {}
+    batch = _batch(device)
     for name, overrides in ACCELERATED_CASES.items():
         learners = {"eager": _learner(device, **overrides)}
+        weights = copy.deepcopy(learners["eager"].net.state_dict())
+        eager_update = _first_update(learners["eager"], weights, batch)
+        exact = _learner(device, **overrides)
+        exact.net.double()
+        exact_update = _first_update(exact, weights, Split(batch.images.double(), batch.labels, batch.source))
+        out[f"{name}_fp64_update_difference"] = _relative_difference(eager_update, exact_update)
         for mode in modes:
             start = time.perf_counter()
             try:
                 learner = _accelerated_learner(device, mode, overrides)
-                _alternating_step_seconds({mode: learner}, device, repeats=0, warmup=2)
+                update = _first_update(learner, weights, batch)
+                _alternating_step_seconds({mode: learner}, device, repeats=0, warmup=1)
             except Exception as error:  # a measurement to report, not a reason to lose the others
                 out[f"{name}_{mode}_error"] = f"{type(error).__name__}: {error}"[:500]
                 continue
             learners[mode] = learner
             out[f"{name}_{mode}_first_steps_seconds"] = time.perf_counter() - start
+            out[f"{name}_{mode}_update_difference"] = _relative_difference(update, eager_update)
         times = _alternating_step_seconds(learners, device, repeats)
         for mode in learners:
             out[f"{name}_{mode}_step_seconds"] = statistics.median(times[mode])
             out[f"{name}_{mode}_paper_schedule_minutes"] = out[f"{name}_{mode}_step_seconds"] * PAPER_ITERATIONS / 60
             if mode != "eager":
                 out[f"{name}_{mode}_speedup"] = _ratio(times, "eager", mode)
+        if device.type == "cpu":
+            share = convolution_share(learners["eager"], device)
+            out[f"{name}_convolution_share"] = share
+            out[f"{name}_speedup_bound"] = 1 / share
     return out
+
+
+def _first_update(learner, weights: dict, batch: Split) -> torch.Tensor:
+    """The change one ``train_step`` makes to the net's parameters from ``weights``, flat, in fp64."""
+    net = getattr(learner, "learner", learner).net
+    net.load_state_dict(weights)
+    before = [p.detach().double().clone() for p in net.parameters()]
+    learner.train_step(batch, 0)
+    return torch.cat([(p.detach().double() - b).flatten() for p, b in zip(net.parameters(), before)])
+
+
+def _relative_difference(update: torch.Tensor, reference: torch.Tensor) -> float:
+    return float((update - reference).norm() / reference.norm())
+
+
+def cpu_has_bf16() -> bool:
+    """Whether oneDNN runs bf16 natively on this CPU (AVX512-BF16 or AMX); elsewhere bf16
+    is emulated, slower than fp32, and not worth the benchmark's time."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def convolution_share(learner, device: torch.device, steps: int = 5) -> float:
+    """The share of a ``train_step``'s time that the convolution operators (forward and
+    backward) take themselves, from ``torch.profiler``; the median over ``steps`` steps, each
+    profiled and timed on its own, so that a step slowed by another process does not skew it.
+    The profiler's own overhead falls on the many small operators (it makes the share a
+    slight underestimate), not on these few large ones."""
+    batch = _batch(device)
+    shares = []
+    for iteration in range(steps):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+            start = time.perf_counter()
+            learner.train_step(batch, iteration)
+            seconds = time.perf_counter() - start
+        microseconds = sum(event.self_cpu_time_total for event in profiler.key_averages() if "conv" in event.key)
+        shares.append(microseconds / 1e6 / seconds)
+    return statistics.median(shares)
 
 
 def _alternating_step_seconds(learners: dict, device: torch.device, repeats: int, warmup: int = 2) -> dict[str, list[float]]:

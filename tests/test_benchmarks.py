@@ -102,3 +102,28 @@ def test_an_acceleration_that_fails_is_reported_and_the_others_still_timed(monke
     out = bench_learners.accelerated_comparison(torch.device("cpu"), repeats=1, modes=("channels_last", "bf16_autocast"))
     assert out["static1_bf16_autocast_error"] == "RuntimeError: no bf16 here"
     assert "static1_bf16_autocast_speedup" not in out and out["static1_channels_last_speedup"] > 0
+
+
+def test_the_cpu_step_comparison_bounds_every_fp32_speedup_by_the_convolutions_share(monkeypatch):
+    import bench_learners
+
+    monkeypatch.setattr(bench_learners, "BATCH_SIZE", 4)
+    monkeypatch.setattr(bench_learners, "ACCELERATED_CASES", {"static2": dict(agent="static", arch="static-2")})
+    out = bench_learners.accelerated_comparison(torch.device("cpu"), repeats=1, modes=("channels_last",))
+    # two columns: convolutions forward and backward take a real part of a step, not all of it
+    assert 0 < out["static2_convolution_share"] < 1
+    assert out["static2_speedup_bound"] == pytest.approx(1 / out["static2_convolution_share"])
+    learner = bench_learners._learner(torch.device("cpu"), agent="static", arch="static-1")
+    assert 0 < bench_learners.convolution_share(learner, torch.device("cpu"), steps=1) < 1
+
+
+def test_the_step_comparison_measures_each_mode_against_eager_and_eager_against_fp64(monkeypatch):
+    import bench_learners
+
+    monkeypatch.setattr(bench_learners, "BATCH_SIZE", 4)
+    monkeypatch.setattr(bench_learners, "ACCELERATED_CASES", {"static1": dict(agent="static", arch="static-1")})
+    out = bench_learners.accelerated_comparison(torch.device("cpu"), repeats=1, modes=("channels_last", "bf16_autocast"))
+    # a weight layout is float rounding; bf16 arithmetic is more (with its 8-bit mantissa)
+    assert 0 < out["static1_fp64_update_difference"] < 1e-3
+    assert out["static1_channels_last_update_difference"] < 1e-3
+    assert out["static1_bf16_autocast_update_difference"] > 10 * out["static1_fp64_update_difference"]
