@@ -3,6 +3,8 @@ directory, resume, TensorBoard tags, user mistakes, and the figure scripts."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import subprocess
 import sys
@@ -144,6 +146,10 @@ def test_latency_report_compares_mac_and_latency_cost_runs(tiny_data, cache, tmp
     assert report_main([*runs_, "--batch-sizes", "1", "4", "--examples", "6", "--repeats", "1", "--out", str(out)]) == 0
     rows = (out / "latency.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 and "seconds_per_image" in rows[0]
+    points = list(csv.DictReader(io.StringIO((out / "latency.csv").read_text())))
+    # on a chain MACs and measured time both grow with depth: the same oracle routing
+    assert {p["oracle_same_as_macs"] for p in points} == {"True"}
+    assert all(float(p["oracle_seconds_per_image"]) > 0 and 0 <= float(p["oracle_accuracy"]) <= 1 for p in points)
     assert (out / "accuracy_time_b1.png").stat().st_size > 0 and (out / "accuracy_time_b4.png").is_file()
     assert "| latency | 4e-09 | 4 |" in (out / "latency.md").read_text()
     with pytest.raises(SystemExit) as exit_info:

@@ -9,6 +9,13 @@
   median of the rounds — and writes ``latency.csv``, ``accuracy_time.png`` (accuracy/MACs
   beside accuracy/time) and ``latency.md``: for every latency-cost point, the fastest
   MAC-cost point within 0.5 accuracy point, and their ratio of time per example.
+
+Beside each run's routing the report times its *oracle* (:mod:`routing_rl.core.oracle`): on
+the same images, the cheapest routing under the run's cost model that gets as many of them
+right, each example sent to a leaf chosen knowing every head's prediction. It is the least
+any router could spend on that net at that accuracy; ``oracle_same_as_macs`` says whether
+the MAC cost model would have chosen the same routing (it does wherever the two rank the
+leaves alike, as on the chain and the tree).
 """
 
 from __future__ import annotations
@@ -24,12 +31,13 @@ import torch
 
 from routing_rl.app.plots import accuracy_time_figure, write_csv
 from routing_rl.app.runs import METRICS_FILE, load_run, prepare_data, resolve_device
-from routing_rl.core.execution import dynamic
-from routing_rl.core.k_cpt import eval_values
+from routing_rl.core.execution import dynamic, route
+from routing_rl.core.k_cpt import CostModel, eval_values
 from routing_rl.core.latency import latency_cost, profile_latency
 from routing_rl.core.graph import RoutedNet
+from routing_rl.core.oracle import PathPolicy, leaf_correct, oracle_leaves
 from routing_rl.nets.multiscale import build
-from routing_rl.training.cost import write_cost_model
+from routing_rl.training.cost import COST_FILE, run_cost_model, write_cost_model
 from routing_rl.training.evaluate import evaluate
 
 TOLERANCE = 0.005
@@ -37,16 +45,45 @@ TOLERANCE = 0.005
 
 
 @torch.no_grad()
-def seconds_per_example(net: RoutedNet, images: torch.Tensor, k_cpt: float, batch_size: int) -> float:
-    """Wall time of dynamic execution of ``images`` in batches of ``batch_size``, per example."""
+def seconds_per_example(net: RoutedNet, images: torch.Tensor, k_cpt: float, batch_size: int,
+                        leaf: torch.Tensor | None = None) -> float:
+    """Wall time of dynamic execution of ``images`` in batches of ``batch_size``, per example;
+    with ``leaf`` ``(len(images),)``, of routing each image to that leaf instead."""
     device = net.leaf_macs.device
     k = k_cpt if net.k_cpt_input else None
+    paths = None if leaf is None else PathPolicy(net)
     start = time.perf_counter()
     for first in range(0, len(images), batch_size):
-        dynamic(net, images[first : first + batch_size], k)
+        batch = images[first : first + batch_size]
+        if paths is None:
+            dynamic(net, batch, k)
+        else:
+            route(net, batch, paths.decide(leaf[first : first + batch_size]), k)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return (time.perf_counter() - start) / len(images)
+
+
+def charged_cost(config, net: RoutedNet, run_dir: Path) -> CostModel:
+    """The cost model a finished run was trained with: read back, never measured again."""
+    if config.cost != "macs" and not (run_dir / COST_FILE).is_file():
+        raise ValueError(f"{run_dir} was trained with --cost {config.cost} but holds no {COST_FILE}")
+    return run_cost_model(config, net, run_dir)
+
+
+@torch.no_grad()
+def oracle_point(net: RoutedNet, images: torch.Tensor, labels: torch.Tensor, k_cpt: float, cost: CostModel) -> dict:
+    """The oracle routing of ``images`` at the accuracy ``net``'s own routing reaches on them:
+    ``oracle_leaf`` ``(B,)``, ``oracle_accuracy``, ``oracle_mean_macs`` and
+    ``oracle_same_as_macs`` (whether MAC costs give the same routing)."""
+    k = k_cpt if net.k_cpt_input else None
+    labels = labels.to(images.device)
+    right = int((dynamic(net, images, k).pred == labels).sum())
+    correct = leaf_correct(net, images, labels, k)
+    leaf = oracle_leaves(correct, cost.leaf, right)
+    by_macs = oracle_leaves(correct, CostModel.macs(net).leaf, right)
+    return {"oracle_leaf": leaf, "oracle_accuracy": float(correct[torch.arange(len(leaf), device=leaf.device), leaf].double().mean()),
+            "oracle_mean_macs": float(net.leaf_macs[leaf].double().mean()), "oracle_same_as_macs": bool(torch.equal(leaf, by_macs))}
 
 
 def measure(run_dirs: list[Path], batch_sizes: list[int], examples: int = 1000, repeats: int = 5,
@@ -54,30 +91,36 @@ def measure(run_dirs: list[Path], batch_sizes: list[int], examples: int = 1000, 
     """One point per run, k_cpt (every value of a dynamic one) and batch size: ``series``,
     ``run``, ``cost``, ``k_cpt``, ``batch_size``, ``accuracy`` and ``mean_macs`` on the run's
     test split, ``seconds_per_image`` (median over ``repeats`` interleaved rounds on the first
-    ``examples`` test images) and the ``threads`` used."""
+    ``examples`` test images), the oracle's ``oracle_seconds_per_image`` on them (timed in the
+    same rounds) with the fields of :func:`oracle_point`, and the ``threads`` used."""
     device = resolve_device(device)
     entries = []
     for run_dir in map(Path, run_dirs):
         if not (run_dir / METRICS_FILE).is_file():
             raise ValueError(f"{run_dir} has not finished (no {METRICS_FILE}); resume it or leave it out")
         config, task, net = load_run(run_dir, device)
+        cost = charged_cost(config, net, run_dir)
         *_, test = prepare_data(config, task)
-        images = test.images[:examples].to(device)
+        images, labels = test.images[:examples].to(device), test.labels[:examples]
         for k_cpt in eval_values(config.k_cpt):
             result = evaluate(net, test, k_cpt)
+            oracle = oracle_point(net, images, labels, k_cpt, cost)
             entries.append(({"series": f"{config.agent}, {config.cost} cost", "run": str(run_dir), "cost": config.cost,
-                             "k_cpt": k_cpt, "accuracy": result["accuracy"], "mean_macs": result["mean_macs"]},
-                            net, images))
-    times = {(i, b): [] for i in range(len(entries)) for b in batch_sizes}
+                             "k_cpt": k_cpt, "accuracy": result["accuracy"], "mean_macs": result["mean_macs"],
+                             **{key: value for key, value in oracle.items() if key != "oracle_leaf"}},
+                            net, images, oracle["oracle_leaf"]))
+    times = {(i, b, oracle): [] for i in range(len(entries)) for b in batch_sizes for oracle in (False, True)}
     for round_ in range(repeats + 1):  # round 0 warms up
-        for i, (point, net, images) in enumerate(entries):
+        for i, (point, net, images, leaf) in enumerate(entries):
             for batch_size in batch_sizes:
-                seconds = seconds_per_example(net, images, point["k_cpt"], batch_size)
-                if round_:
-                    times[i, batch_size].append(seconds)
+                for oracle in (False, True):
+                    seconds = seconds_per_example(net, images, point["k_cpt"], batch_size, leaf if oracle else None)
+                    if round_:
+                        times[i, batch_size, oracle].append(seconds)
     return [
-        {**point, "batch_size": b, "seconds_per_image": statistics.median(times[i, b]), "threads": torch.get_num_threads()}
-        for i, (point, _, _) in enumerate(entries) for b in batch_sizes
+        {**point, "batch_size": b, "seconds_per_image": statistics.median(times[i, b, False]),
+         "oracle_seconds_per_image": statistics.median(times[i, b, True]), "threads": torch.get_num_threads()}
+        for i, (point, *_) in enumerate(entries) for b in batch_sizes
     ]
 
 
@@ -98,10 +141,13 @@ def matches(points: list[dict], tolerance: float = TOLERANCE) -> list[dict]:
 
 
 def markdown(points: list[dict], found: list[dict]) -> str:
-    lines = ["| cost | k_cpt | batch | accuracy | mean MACs | µs per example |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| cost | k_cpt | batch | accuracy | mean MACs | µs per example | oracle accuracy (timed images) | "
+             "oracle MACs | oracle µs | oracle same as by MACs |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in sorted(points, key=lambda p: (p["batch_size"], p["cost"], p["k_cpt"])):
         lines.append(f"| {p['cost']} | {p['k_cpt']:g} | {p['batch_size']} | {100 * p['accuracy']:.2f}% | "
-                     f"{p['mean_macs'] / 1e6:.2f}M | {1e6 * p['seconds_per_image']:.1f} |")
+                     f"{p['mean_macs'] / 1e6:.2f}M | {1e6 * p['seconds_per_image']:.1f} | {100 * p['oracle_accuracy']:.2f}% | "
+                     f"{p['oracle_mean_macs'] / 1e6:.2f}M | {1e6 * p['oracle_seconds_per_image']:.1f} | "
+                     f"{'yes' if p['oracle_same_as_macs'] else 'no'} |")
     lines += ["", f"Latency-cost points against the fastest MAC-cost point within {100 * TOLERANCE:.1f} accuracy point:", "",
               "| batch | latency k_cpt | accuracy | µs | MAC k_cpt | accuracy | µs | time ratio |",
               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
