@@ -169,8 +169,10 @@ def write_latency_report(points: list[dict], out_dir: Path) -> list[Path]:
     written = [out_dir / "latency.csv", out_dir / "latency.md"]
     write_csv(written[0], points)
     written[1].write_text(markdown(points, matches(points)))
+    oracles = [{"series": "oracle of each run (knows the labels; timed images)", "batch_size": p["batch_size"], "accuracy": p["oracle_accuracy"],
+                "mean_macs": p["oracle_mean_macs"], "seconds_per_image": p["oracle_seconds_per_image"]} for p in points]
     for batch_size in sorted({p["batch_size"] for p in points}):
-        figure = accuracy_time_figure([p for p in points if p["batch_size"] == batch_size],
+        figure = accuracy_time_figure([p for p in points + oracles if p["batch_size"] == batch_size],
                                       f"dynamic execution at batch {batch_size} (torch threads: {points[0]['threads']})")
         path = out_dir / f"accuracy_time_b{batch_size}.png"
         figure.savefig(path, dpi=120)
