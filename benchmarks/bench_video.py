@@ -5,7 +5,8 @@ same trained net (:func:`routing_rl.training.episodes.run_episodes`: memory carr
 the chosen path computed); repeats interleave the policies and take medians. The learned
 policy is the run named by ``$ROUTING_RL_VIDEO_RUN`` (a finished run directory, any agent);
 without it the net is untrained and the oracle stands in for a learned policy, so only the
-mechanics are measured. Numbers out:
+mechanics are measured, on clips of the images in ``$ROUTING_RL_DATA_DIR`` (else
+``../shared/datasets``, else downloaded). Numbers out:
 
 * ``frames_per_second_<policy>`` for learned (or oracle), always-deep and always-cheap;
 * ``speedup_vs_deep`` — learned frames/s ÷ always-deep frames/s;
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_data import default_data_dir
 from timing import sync
 
 from routing_rl.agents import video as baselines
@@ -41,7 +43,7 @@ def run(device: torch.device, task: VideoTask | None = None, clips: int = CLIPS,
         name = f"learned_{config.agent}"
         k_cpt = None if config.dynamic_k_cpt else float(config.k_cpt)
     else:
-        task = task or VideoTask(train_clips=1, test_clips=clips)
+        task = task or VideoTask(train_clips=1, test_clips=clips, data_dir=default_data_dir())
         task.dataset()
         net = task.make_net(device=device)
         learned, name, k_cpt = baselines.Oracle(task.clips["test"].event), "oracle", None

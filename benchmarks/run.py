@@ -4,7 +4,9 @@
     python benchmarks/run.py --only execution --device cuda
 
 Each benchmark module in this folder exposes ``run(device) -> dict``; every ratio in a
-result is measured within the same run, on the same machine.
+result is measured within the same run, on the same machine. A benchmark that fails (no
+data found, say) is reported with its error and the others still run and are written; the
+exit status is then 1.
 """
 
 from __future__ import annotations
@@ -53,9 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     if torch.device(args.device).type == "cpu":
         retain_freed_memory()  # as the command-line tools do
     results = {"machine": machine()}
+    failed = []
     for name in args.only or BENCHMARKS:
         start = time.perf_counter()
-        results[name] = importlib.import_module(BENCHMARKS[name]).run(torch.device(args.device))
+        try:
+            results[name] = importlib.import_module(BENCHMARKS[name]).run(torch.device(args.device))
+        except Exception as error:  # one benchmark's failure must not cost the others' results
+            failed.append(name)
+            results[name] = {"error": f"{type(error).__name__}: {error}"}
         results[name]["benchmark_seconds"] = time.perf_counter() - start
         summary = {k: v for k, v in results[name].items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
         print(f"[{name}]")
@@ -64,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
         print(f"wrote {args.json}")
-    return 0
+    if failed:
+        print(f"failed: {', '.join(failed)} (see their error above)", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

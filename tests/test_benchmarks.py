@@ -127,3 +127,24 @@ def test_the_step_comparison_measures_each_mode_against_eager_and_eager_against_
     assert 0 < out["static1_fp64_update_difference"] < 1e-3
     assert out["static1_channels_last_update_difference"] < 1e-3
     assert out["static1_bf16_autocast_update_difference"] > 10 * out["static1_fp64_update_difference"]
+
+
+def test_a_failing_benchmark_is_reported_and_the_others_still_written(monkeypatch, tmp_path, capsys):
+    import json
+    from types import SimpleNamespace
+
+    import run
+
+    def broken(device):
+        raise FileNotFoundError("no data here")
+
+    monkeypatch.setattr(run, "BENCHMARKS", {"broken": "bench_broken", "fine": "bench_fine"})
+    modules = {"bench_broken": type("M", (), {"run": staticmethod(broken)}),
+               "bench_fine": type("M", (), {"run": staticmethod(lambda device: {"ratio": 0.5})})}
+    monkeypatch.setattr(run, "importlib", SimpleNamespace(import_module=modules.__getitem__))
+    out = tmp_path / "bench.json"
+    assert run.main(["--json", str(out)]) == 1
+    written = json.loads(out.read_text())
+    assert written["broken"]["error"] == "FileNotFoundError: no data here"
+    assert written["fine"]["ratio"] == 0.5
+    assert "failed: broken" in capsys.readouterr().err
