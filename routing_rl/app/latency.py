@@ -14,8 +14,9 @@ Beside each run's routing the report times its *oracle* (:mod:`routing_rl.core.o
 the same images, the cheapest routing under the run's cost model that gets as many of them
 right, each example sent to a leaf chosen knowing every head's prediction. It is the least
 any router could spend on that net at that accuracy; ``oracle_same_as_macs`` says whether
-the MAC cost model would have chosen the same routing (it does wherever the two rank the
-leaves alike, as on the chain and the tree).
+the MAC cost model would have chosen exactly the same routing (it does wherever the two rank
+the leaves alike, as on the chain; on the tree they may break ties between equally deep
+leaves differently).
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ counts the same, so keeping the cheapest ones first is optimal at every accuracy
 
 That order depends on the cost model only through the order it puts the leaves in. Two
 cost models that rank the leaves alike (as MACs and measured time do on a chain, where a
-deeper exit costs more either way, and on the paper's tree, whose branches are copies) give
-the same oracle routing at every accuracy, and so the same oracle accuracy/time frontier:
-there, a cost model can change what trained routers learn, not what the best routing is.
+deeper exit costs more either way) give the same oracle routing at every accuracy, and so
+the same oracle accuracy/time frontier: there, a cost model can change what trained routers
+learn, not what the best routing is. On the paper's tree, whose branches are copies, the
+same holds up to ties between equally deep leaves, which the two may break differently.
 """
 
 from __future__ import annotations
