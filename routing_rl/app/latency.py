@@ -38,6 +38,7 @@ from routing_rl.core.latency import latency_cost, profile_latency
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.oracle import PathPolicy, leaf_correct, oracle_leaves
 from routing_rl.nets.multiscale import build
+from routing_rl.training.config import TrainConfig
 from routing_rl.training.cost import COST_FILE, run_cost_model, write_cost_model
 from routing_rl.training.evaluate import evaluate
 
@@ -65,7 +66,7 @@ def seconds_per_example(net: RoutedNet, images: torch.Tensor, k_cpt: float, batc
     return (time.perf_counter() - start) / len(images)
 
 
-def charged_cost(config, net: RoutedNet, run_dir: Path) -> CostModel:
+def charged_cost(config: TrainConfig, net: RoutedNet, run_dir: Path) -> CostModel:
     """The cost model a finished run was trained with: read back, never measured again."""
     if config.cost != "macs" and not (run_dir / COST_FILE).is_file():
         raise ValueError(f"{run_dir} was trained with --cost {config.cost} but holds no {COST_FILE}")
