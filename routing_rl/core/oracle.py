@@ -54,11 +54,9 @@ def oracle_leaves(correct: torch.Tensor, leaf_cost: torch.Tensor, right: int) ->
     reachable = int(extra.isfinite().sum())
     if not 0 <= right <= reachable:
         raise ValueError(f"no routing gets {right} examples right: between 0 and {reachable} (those some head classifies correctly)")
-    cheapest = leaf_cost.argmin().to(leaf.device)
-    routed = torch.full_like(leaf, int(cheapest))
-    keep = extra.argsort(stable=True)[:right]
-    routed[keep] = leaf[keep]
-    return routed
+    kept = torch.zeros_like(leaf, dtype=torch.bool)
+    kept[extra.argsort(stable=True)[:right]] = True
+    return torch.where(kept, leaf, int(leaf_cost.argmin()))
 
 
 class PathPolicy:
