@@ -1,0 +1,209 @@
+"""Issue 25: Ctrl-C and SIGTERM stop a run between two steps and ``--resume`` gives the run no
+signal would have given, bit for bit; interrupts anywhere (a second Ctrl-C, the imports) end
+with one line; a checkpoint of another agent, arch or task is refused (tiny synthetic data)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from synthetic_data import write_cifar_pickles, write_mnist_idx
+
+from routing_rl.app.cli import main
+from routing_rl.training.interrupt import request_stop
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = str(REPO / "experiments" / "train_agent.py")
+LEARNERS = [("actor", []), ("pragmatic-critic", ["--policy", "eps-greedy"])]  # the critic samples its routes
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    write_mnist_idx(root / "MNIST" / "raw")
+    write_cifar_pickles(root / "cifar-10-batches-py")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path_factory.getbasetemp() / "resume-cache"))
+
+
+def args(tiny_data, logdir, name, agent, *extra, iterations=12):
+    return ["--agent", agent, "--preset", "smoke", "--iterations", str(iterations), "--eval-every", "4",
+            "--checkpoint-every", "5", "--data-dir", str(tiny_data), "--download", "false",
+            "--validation-fraction", "0.4", "--logdir", str(logdir), "--run-name", name, *extra]
+
+
+def tensors(value, prefix="") -> dict[str, torch.Tensor]:
+    """Every tensor in a nested checkpoint, by its path."""
+    if isinstance(value, torch.Tensor):
+        return {prefix: value}
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    return {name: t for key, item in items for name, t in tensors(item, f"{prefix}/{key}").items()}
+
+
+def assert_same_run(straight: Path, resumed: Path, where: str) -> None:
+    """Every tensor of the final learner state, and the test results, bit for bit."""
+    a, b = (tensors(torch.load(run / "checkpoint.pt", weights_only=True)["learner"]) for run in (straight, resumed))
+    assert a.keys() == b.keys()
+    differ = [name for name in a if not torch.equal(a[name], b[name])]
+    assert not differ, f"{len(differ)} of {len(a)} tensors differ after a stop {where}: {differ[:5]}"
+    metrics = [json.loads((run / "metrics.json").read_text()) for run in (straight, resumed)]
+    assert metrics[0]["test"] == metrics[1]["test"] and metrics[0]["history"] == metrics[1]["history"]
+
+
+def one_line(err: str) -> str:
+    """The last line of stderr (progress bars come before it); asserts no traceback."""
+    assert "Traceback" not in err and "Error" not in err, err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent, extra", LEARNERS)
+def test_a_signal_mid_step_checkpoints_the_step_and_resumes_bit_for_bit(agent, extra, tiny_data, tmp_path, capsys,
+                                                                         monkeypatch):
+    from routing_rl.agents.registry import make_learner
+
+    iteration = random.choice([i for i in range(1, 11) if i % 5])  # anywhere between two checkpoints
+    assert main(args(tiny_data, tmp_path, "straight", agent, *extra)) == 0
+
+    def signalled(*a, **k):
+        learner = make_learner(*a, **k)
+        step = learner.train_step
+
+        def train_step(batch, at):
+            if at == iteration:
+                request_stop(signal.SIGTERM)  # the signal lands inside the step
+            return step(batch, at)
+
+        learner.train_step = train_step
+        return learner
+
+    monkeypatch.setattr("routing_rl.agents.registry.make_learner", signalled)
+    assert main(args(tiny_data, tmp_path, "stopped", agent, *extra)) == 143
+    assert one_line(capsys.readouterr().err) == (f"train_agent.py: interrupted (SIGTERM) after iteration {iteration + 1}, "
+                                                 "which is checkpointed; continue with --resume")
+    saved = torch.load(tmp_path / "stopped" / "checkpoint.pt", weights_only=True)
+    assert saved["training_state"]["iteration"] == iteration + 1
+    monkeypatch.undo()
+    assert main(["--resume", str(tmp_path / "stopped")]) == 0
+    assert_same_run(tmp_path / "straight", tmp_path / "stopped", f"in iteration {iteration}")
+
+
+# --- real signals to a real process ----------------------------------------------------------
+
+
+def start(command, env):
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for(path: Path, process, timeout=300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert process.poll() is None, "the run ended before the signal"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signals, code", [((signal.SIGTERM,), 143), ((signal.SIGINT, signal.SIGINT), 130)])
+@pytest.mark.parametrize("agent, extra", LEARNERS)
+def test_real_signals_between_checkpoints_resume_bit_for_bit(agent, extra, signals, code, tiny_data, tmp_path):
+    """SIGTERM, or two SIGINTs 20 ms apart, somewhere after the first checkpoint."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, SCRIPT, *args(tiny_data, tmp_path, "straight", agent, *extra, iterations=400)]
+    subprocess.run(command, check=True, capture_output=True, timeout=600, env=env)
+    process = start([*command[:-1], "stopped"], env)
+    wait_for(tmp_path / "stopped" / "checkpoint.pt", process)
+    time.sleep(random.uniform(0, 0.2))
+    for signum in signals:
+        process.send_signal(signum)
+        time.sleep(0.02)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == code, err
+    assert one_line(err).startswith(f"train_agent.py: interrupted ({signal.Signals(signals[0]).name}) after iteration")
+    stopped_at = torch.load(tmp_path / "stopped" / "checkpoint.pt", weights_only=True)["training_state"]["iteration"]
+    subprocess.run([sys.executable, SCRIPT, "--resume", str(tmp_path / "stopped")], check=True, capture_output=True,
+                   timeout=600, env=env)
+    assert_same_run(tmp_path / "straight", tmp_path / "stopped", f"after iteration {stopped_at}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.3, 1.0, 2.0])
+def test_ctrl_c_while_starting_is_one_line(delay, tiny_data, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = start([sys.executable, SCRIPT, *args(tiny_data, tmp_path, "run", "actor", iterations=400)], env)
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 130, err
+    assert "interrupted" in one_line(err)
+
+
+# --- checkpoints carry their run ---------------------------------------------------------------
+
+
+def interrupted_run(tiny_data, logdir, name, agent, *extra) -> Path:
+    """A run stopped by Ctrl-C after its first step."""
+    from routing_rl.app import trainer
+
+    original = trainer.agreed_stop
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trainer, "agreed_stop", lambda distributed: request_stop() or original(distributed))
+        assert main(args(tiny_data, logdir, name, agent, *extra)) == 130
+    return logdir / name
+
+
+@pytest.mark.parametrize("other, extra, message", [
+    ("pragmatic-critic", [], "was written by another run (agent pragmatic-critic, arch chain, width 1, "
+                             "env routing_rl/HybridRouting-v0)"),
+    pytest.param("actor", ["--arch", "tree"], "(agent actor, arch tree, width 1", marks=pytest.mark.slow),
+    pytest.param("actor", ["--dataset", "mnist"], "env routing_rl/HybridRouting-v0, dataset mnist)",
+                 marks=pytest.mark.slow),
+])
+def test_a_checkpoint_of_another_run_is_refused(other, extra, message, tiny_data, tmp_path, capsys):
+    target = interrupted_run(tiny_data, tmp_path, "actor", "actor")
+    source = interrupted_run(tiny_data, tmp_path, "other", other, *extra)
+    before = (target / "checkpoint.pt").read_bytes()
+    shutil.copy(source / "checkpoint.pt", target / "checkpoint.pt")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(["--resume", str(target)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert "not by this one (agent actor, arch chain, width 1, env routing_rl/HybridRouting-v0)" in err
+    assert not (target / "metrics.json").exists()
+    (target / "checkpoint.pt").write_bytes(before)
+    assert main(["--resume", str(target)]) == 0
+
+
+@pytest.mark.slow
+def test_an_old_checkpoint_is_checked_by_its_tensors(tiny_data, tmp_path, capsys):
+    """Checkpoints from before they named their run: the same net resumes, another is one line."""
+    target = interrupted_run(tiny_data, tmp_path, "actor", "actor")
+    tree = interrupted_run(tiny_data, tmp_path, "tree", "actor", "--arch", "tree")
+    for run in (target, tree):
+        state = torch.load(run / "checkpoint.pt", weights_only=True)
+        del state["identity"]
+        torch.save(state, run / "checkpoint.pt")
+    before = (target / "checkpoint.pt").read_bytes()
+    shutil.copy(tree / "checkpoint.pt", target / "checkpoint.pt")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(["--resume", str(target)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds another net than this run's" in err, err
+    (target / "checkpoint.pt").write_bytes(before)
+    assert main(["--resume", str(target)]) == 0
