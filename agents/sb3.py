@@ -447,9 +447,9 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     wrote it (:mod:`~routing_rl.agents.sb3_resume`); from a periodic one, DQN's replay buffer
     and the episodes in flight start afresh. Ctrl-C or SIGTERM stop ``learn()`` at the start
     of a rollout, save a checkpoint with its resume state and raise
-    :class:`~routing_rl.training.interrupt.Interrupted`. Writes TensorBoard/CSV logs, checkpoints, ``best_model.zip`` (best
-    validation return) and ``model.zip`` into ``run_dir``. The envs' rewards charge ``k_cpt ×
-    cost`` (None: the nodes' MACs).
+    :class:`~routing_rl.training.interrupt.Interrupted`. Writes TensorBoard/CSV logs,
+    checkpoints, ``best_model.zip`` (best validation return) and ``model.zip`` into
+    ``run_dir``. The envs' rewards charge ``k_cpt × cost`` (None: the nodes' MACs).
     """
     env_id = config.env if isinstance(task, RoutingTask) else None  # a dataset in memory has no id to rebuild from
     task = task if isinstance(task, RoutingTask) else ImageTask(task)

@@ -101,6 +101,44 @@ def test_a_signal_mid_step_checkpoints_the_step_and_resumes_bit_for_bit(agent, e
     assert_same_run(tmp_path / "straight", tmp_path / "stopped", f"in iteration {iteration}")
 
 
+def test_real_sigterm_then_sigint_while_checkpointing_is_one_line_and_a_whole_checkpoint(tiny_data, tmp_path, capsys,
+                                                                                         monkeypatch):
+    """Signals sent to this very process: SIGTERM inside step 2, SIGINT while the checkpoint is written."""
+    from routing_rl.agents.actor import ActorLearner
+    from routing_rl.app import runs
+
+    step, save = ActorLearner.train_step, runs.save_checkpoint
+
+    def signalled_step(self, batch, iteration):
+        if iteration == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(self, batch, iteration)
+
+    def signalled_save(path, state):
+        if state["training_state"]["iteration"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        save(path, state)
+
+    monkeypatch.setattr(ActorLearner, "train_step", signalled_step)
+    monkeypatch.setattr(runs, "save_checkpoint", signalled_save)
+    assert main(args(tiny_data, tmp_path, "run", "actor")) == 143
+    assert one_line(capsys.readouterr().err) == ("train_agent.py: interrupted (SIGTERM) after iteration 3, which is "
+                                                 "checkpointed; continue with --resume")
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["training_state"]["iteration"] == 3
+    assert [p.name for p in (tmp_path / "run").glob(".*.tmp")] == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handlers are given back"
+
+
+def test_ctrl_c_anywhere_else_is_one_line(tiny_data, tmp_path, capsys, monkeypatch):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("routing_rl.core.memory.retain_freed_memory", interrupted)
+    assert main(args(tiny_data, tmp_path, "run", "actor")) == 130
+    assert one_line(capsys.readouterr().err) == ("train_agent.py: interrupted; every checkpoint written is kept: "
+                                                 "continue a started run with --resume")
+
+
 # --- real signals to a real process ----------------------------------------------------------
 
 
@@ -121,11 +159,11 @@ def wait_for(path: Path, process, timeout=300) -> None:
 def test_real_signals_between_checkpoints_resume_bit_for_bit(agent, extra, signals, code, tiny_data, tmp_path):
     """SIGTERM, or two SIGINTs 20 ms apart, somewhere after the first checkpoint."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, SCRIPT, *args(tiny_data, tmp_path, "straight", agent, *extra, iterations=400)]
+    command = [sys.executable, SCRIPT, *args(tiny_data, tmp_path, "straight", agent, *extra, iterations=60)]
     subprocess.run(command, check=True, capture_output=True, timeout=600, env=env)
     process = start([*command[:-1], "stopped"], env)
     wait_for(tmp_path / "stopped" / "checkpoint.pt", process)
-    time.sleep(random.uniform(0, 0.2))
+    time.sleep(random.uniform(0, 0.05))
     for signum in signals:
         process.send_signal(signum)
         time.sleep(0.02)
@@ -142,7 +180,7 @@ def test_real_signals_between_checkpoints_resume_bit_for_bit(agent, extra, signa
 @pytest.mark.parametrize("delay", [0.3, 1.0, 2.0])
 def test_ctrl_c_while_starting_is_one_line(delay, tiny_data, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = start([sys.executable, SCRIPT, *args(tiny_data, tmp_path, "run", "actor", iterations=400)], env)
+    process = start([sys.executable, SCRIPT, *args(tiny_data, tmp_path, "run", "actor", iterations=60)], env)
     time.sleep(delay)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=300)
@@ -220,7 +258,8 @@ def sb3_tensors(result) -> dict[str, torch.Tensor]:
                     "net": result.net.state_dict(), "trainer": model.feature_trainer.state_dict()})
 
 
-@pytest.mark.parametrize("agent", ["dqn", pytest.param("ppo", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", ["dqn", "ppo"])
 def test_an_sb3_agent_stopped_by_a_signal_resumes_bit_for_bit(agent, tmp_path):
     from stable_baselines3.common.callbacks import BaseCallback
     from test_sb3 import short_config, tiny_dataset

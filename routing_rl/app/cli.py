@@ -188,7 +188,7 @@ def interruption(stop: KeyboardInterrupt) -> str:
     what = f"interrupted ({signal.Signals(stop.signum).name})" if isinstance(stop, Interrupted) else "interrupted"
     if isinstance(stop, Interrupted) and stop.iteration is not None:
         return f"{what} after iteration {stop.iteration}, which is checkpointed; continue with --resume"
-    return f"{what}; the last checkpoint is saved, continue with --resume"
+    return f"{what}; every checkpoint written is kept: continue a started run with --resume"
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
