@@ -9,9 +9,9 @@ zip as ``<zip name>.state.pt`` (:func:`save_resume_state`, atomically, before th
 * the training env's episodes in flight (:meth:`Traffic.state_dict`) and its random
   generator, the feature trainer's episodes waiting for a full batch, VecMonitor's episode
   counters, the validation env's generator (each evaluation draws its episodes from it);
-* SB3's last observation and episode starts, the replay buffer (DQN; its size is SB3's
-  ``buffer_size`` × the observation, e.g. 16 MB at the smoke preset) with the side exits
-  still short of a buffer row, and ``EvalCallback``'s best mean reward;
+* SB3's last observation and episode starts, the replay buffer (DQN: ``buffer_size`` × two
+  float32 observations of the descriptor's size) with the side exits still short of a buffer
+  row, and ``EvalCallback``'s best mean reward;
 * every random generator SB3 draws from: Python's, NumPy's global one (ε-greedy actions,
   replay sampling, PPO's minibatches), the action space's (random actions) and torch's.
 

@@ -159,9 +159,11 @@ def wait_for(path: Path, process, timeout=300) -> None:
 def test_real_signals_between_checkpoints_resume_bit_for_bit(agent, extra, signals, code, tiny_data, tmp_path):
     """SIGTERM, or two SIGINTs 20 ms apart, somewhere after the first checkpoint."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, SCRIPT, *args(tiny_data, tmp_path, "straight", agent, *extra, iterations=60)]
-    subprocess.run(command, check=True, capture_output=True, timeout=600, env=env)
-    process = start([*command[:-1], "stopped"], env)
+    def command(name):
+        return [sys.executable, SCRIPT, *args(tiny_data, tmp_path, name, agent, *extra, iterations=60)]
+
+    subprocess.run(command("straight"), check=True, capture_output=True, timeout=600, env=env)
+    process = start(command("stopped"), env)
     wait_for(tmp_path / "stopped" / "checkpoint.pt", process)
     time.sleep(random.uniform(0, 0.05))
     for signum in signals:
@@ -177,15 +179,23 @@ def test_real_signals_between_checkpoints_resume_bit_for_bit(agent, extra, signa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("delay", [0.3, 1.0, 2.0])
-def test_ctrl_c_while_starting_is_one_line(delay, tiny_data, tmp_path):
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps to see torch being imported")
+@pytest.mark.parametrize("delay", [0.0, 0.2, 0.5])
+def test_ctrl_c_while_importing_is_one_line(delay, tiny_data, tmp_path):
+    """SIGINT once torch's library is mapped, i.e. while train_agent.py's imports run (or, the
+    imports done by then, while the run starts)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = start([sys.executable, SCRIPT, *args(tiny_data, tmp_path, "run", "actor", iterations=60)], env)
+    maps = Path(f"/proc/{process.pid}/maps")
+    deadline = time.monotonic() + 120
+    while process.poll() is None and "libtorch" not in maps.read_text() and time.monotonic() < deadline:
+        time.sleep(0.001)
     time.sleep(delay)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 130, err
     assert "interrupted" in one_line(err)
+    assert not (tmp_path / "run" / "metrics.json").exists()
 
 
 # --- checkpoints carry their run ---------------------------------------------------------------
@@ -294,3 +304,19 @@ def test_an_sb3_agent_stopped_by_a_signal_resumes_bit_for_bit(agent, tmp_path):
     assert resumed.history == straight.history
     test = tiny_dataset(seed=1).test
     assert resumed.evaluations(test) == straight.evaluations(test)
+
+
+def test_an_sb3_checkpoint_of_another_run_is_refused(tmp_path):
+    import zipfile
+
+    from routing_rl.agents.sb3 import SB3LoadError, load_newest
+
+    routing = {"agent": "dqn", "env": "routing_rl/HybridRouting-v0", "dataset": None, "arch": "chain", "width": 1,
+               "sb3": {}, "n_envs": 8, "joint": {}}
+    (tmp_path / "checkpoints").mkdir()
+    with zipfile.ZipFile(tmp_path / "checkpoints" / "ppo_8_iterations.zip", "w") as archive:
+        archive.writestr("data", json.dumps({"routing": {**routing, "agent": "ppo", "arch": "tree"}}))
+    with pytest.raises(SB3LoadError, match=r"ppo_8_iterations.zip was written by another run \(agent ppo, "
+                                           r"env routing_rl/HybridRouting-v0, arch tree, width 1\), not by this one "
+                                           r"\(agent dqn, env routing_rl/HybridRouting-v0, arch chain, width 1\)"):
+        load_newest(tmp_path, None, torch.device("cpu"), routing)
