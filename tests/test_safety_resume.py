@@ -178,7 +178,6 @@ def test_real_signals_between_checkpoints_resume_bit_for_bit(agent, extra, signa
     assert_same_run(tmp_path / "straight", tmp_path / "stopped", f"after iteration {stopped_at}")
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps to see torch being imported")
 @pytest.mark.parametrize("delay", [0.0, 0.2, 0.5])
 def test_ctrl_c_while_importing_is_one_line(delay, tiny_data, tmp_path):
