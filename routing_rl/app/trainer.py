@@ -129,7 +129,8 @@ def fit(
     """Train ``learner`` for ``config.iterations`` iterations.
 
     Args:
-        train / validation: splits on any device; batches move to the learner's device.
+        train: the training split, on any device; batches move to the learner's device.
+        validation: the validation split, on any device.
         monitor: where scalars, histograms and the progress bar go (None: nowhere).
         save: called with a checkpoint dict at every checkpoint; the caller writes it.
         resume: a checkpoint dict from an earlier ``save``; training continues from it.
