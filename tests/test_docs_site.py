@@ -34,3 +34,7 @@ def test_the_site_builds_strictly(tmp_path):
            for layer in ("core", "nets", "data", "training", "envs", "agents", "app")}
     assert "RoutedNet" in api["core"] and "RoutingTask" in api["envs"] and "Progress" in api["training"]
     assert "train_sb3" in api["agents"] and "load_run" in api["app"]
+    for layer, page in api.items():
+        assert ":class:`" not in page and ":func:`" not in page and "<autoref" not in page, f"a raw role on {layer}"
+    # docs/hooks/sphinx_roles.py: a role becomes a link to the object's page, across pages too
+    assert 'href="../core/#routing_rl.core.k_cpt.CostModel"' in api["agents"]
