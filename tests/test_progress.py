@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from synthetic_data import write_cifar_pickles, write_mnist_idx
+from synthetic_data import write_data_folder
 
 from routing_rl.training.monitor import PROGRESS_SECONDS_ENV, Progress, duration, progress_seconds
 
@@ -73,10 +73,7 @@ def test_the_interval_comes_from_the_environment(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    write_mnist_idx(root / "MNIST" / "raw")
-    write_cifar_pickles(root / "cifar-10-batches-py")
-    return root
+    return write_data_folder(tmp_path_factory.mktemp("data"))
 
 
 def train(tiny_data, tmp_path, *args, seconds="0.000001"):
@@ -107,6 +104,7 @@ def test_a_run_without_a_terminal_prints_progress_records(agent, tiny_data, tmp_
     assert time.monotonic() - started < 300
 
 
+@pytest.mark.slow
 def test_a_bad_interval_is_refused_before_anything_is_written(tiny_data, tmp_path):
     done = train(tiny_data, tmp_path, "--agent", "actor", seconds="often")
     assert done.returncode == 2 and "Traceback" not in done.stderr
