@@ -36,3 +36,21 @@ def test_sequences_name_every_frame_source():
     assert RoutingDataset("clips", ("a",), clips, clips, {}, ("cheap", "dear")).train.frames == 3
     with pytest.raises(ValueError, match="but sources names 1"):
         RoutingDataset("clips", ("a",), clips, clips, {}, ("cheap",))
+
+
+def test_evaluate_names_sources_and_classes_by_the_task():
+    from types import SimpleNamespace
+
+    from helpers import vector_tree
+
+    from routing_rl.training.evaluate import evaluate
+
+    net = vector_tree(features=6, classes=3)
+    split = Split(torch.randn(12, 6), torch.arange(12) % 3, torch.arange(12) % 3)
+    task = SimpleNamespace(classes=("ant", "bee", "cat"), sources=("left", "middle", "right"))
+    result = evaluate(net, split, 0.0, task=task)
+    for leaf in result["leaves"].values():
+        assert list(leaf["by_source"]) == ["left", "middle", "right"] and list(leaf["by_class"]) == ["ant", "bee", "cat"]
+    assert sum(leaf["by_source"]["right"] for leaf in result["leaves"].values()) == 4, "no source index is dropped"
+    named = evaluate(net, split, 0.0, sources=("a", "b", "c"), task=task)
+    assert list(next(iter(named["leaves"].values()))["by_source"]) == ["a", "b", "c"], "given names win"
