@@ -17,6 +17,8 @@
 * :class:`ImageBudget` — ends ``learn()`` once the feature trainer has taken ``iterations`` steps.
 * :class:`StopBetweenSteps` — raises :class:`~routing_rl.training.interrupt.Interrupted` at
   the start of a rollout once Ctrl-C or SIGTERM asked for a stop: a clean point to save.
+* :class:`ProgressCallback` — the run's :class:`~routing_rl.training.monitor.Progress` (a bar
+  on a terminal, periodic lines elsewhere), stepped by the feature trainer's iterations.
 * :class:`IterationLogger` — SB3's logger, writing every record at the iteration, so that
   TensorBoard's step axis is the same for SB3 agents and the paper's learners.
 """
@@ -40,7 +42,7 @@ from routing_rl.training.evaluate import evaluate
 from routing_rl.training.interrupt import Interrupted, stop_requested
 from routing_rl.core.execution import Decide
 from routing_rl.core.graph import RoutedNet
-from routing_rl.training.monitor import evaluation_scalars
+from routing_rl.training.monitor import Progress, evaluation_scalars
 
 
 class TrainingCharts(BaseCallback):
@@ -78,12 +80,15 @@ class Validation(BaseCallback):
         clock: the current training iteration.
         history: entries ``{"iteration", "evaluations"}`` of an earlier part of the run.
         task: the routing task, whose memory episodes of frames carry.
+        progress: told the accuracy of each validation (at the first k_cpt).
     """
 
     def __init__(self, net: RoutedNet, validation: Split, k_cpts: list[float], decide: Callable[[float], Decide],
-                 path: Path, clock: Callable[[], int], history: list[dict] | None = None, task=None):
+                 path: Path, clock: Callable[[], int], history: list[dict] | None = None, task=None,
+                 progress: Progress | None = None):
         super().__init__()
         self.net, self.validation, self.k_cpts, self.decide, self.task = net, validation, k_cpts, decide, task
+        self.progress = progress
         self.clock = clock
         self.path = Path(path)
         self.history = list(history or [])
@@ -99,6 +104,8 @@ class Validation(BaseCallback):
         self.logger.dump()  # EvalCallback has dumped already; tie these to this iteration
         self.history.append(entry)
         atomic_write_text(self.path, json.dumps(self.history))
+        if self.progress is not None:
+            self.progress.validated(entry["evaluations"][0]["accuracy"], entry["iteration"])
         return True
 
 
@@ -150,6 +157,22 @@ class StopBetweenSteps(BaseCallback):
     def _on_rollout_start(self) -> None:
         if stop_requested():
             raise Interrupted(stop_requested(), self.trainer.updates)
+
+
+class ProgressCallback(BaseCallback):
+    """Steps ``progress`` by ``trainer.updates``: each iteration is ``batch_size`` images, and
+    the loss shown is the feature network's latest (c_err + c_mod)."""
+
+    def __init__(self, trainer: FeatureTrainer, progress: Progress):
+        super().__init__()
+        self.trainer, self.progress = trainer, progress
+
+    def _on_step(self) -> bool:
+        steps = self.trainer.updates - self.progress.iteration
+        if steps > 0:
+            loss = sum(v for k, v in self.trainer.last.items() if k.startswith("losses/"))
+            self.progress.update(steps, steps * self.trainer.options.batch_size, loss)
+        return True
 
 
 class ResumedTensorBoard(TensorBoardOutputFormat):
