@@ -256,7 +256,7 @@ def test_a_cifar_tar_cut_between_two_files_is_refused(data_env):
     tarball.parent.mkdir()
     offsets = plain_tar(data_env / "folder", tarball)
     tarball.write_bytes(tarball.read_bytes()[: offsets[-1]])  # cleanly before the last member
-    with pytest.raises(DataNotFoundError, match=r"cifar\.tar: the archive stops after .* bytes without its end-of-archive marker"):
+    with pytest.raises(DataNotFoundError, match=r"cifar\.tar is cut short: the archive stops after .* bytes without its end-of-archive marker"):
         load_dataset("cifar10", data_dir=data_env / "data", download=False)
 
 
