@@ -91,7 +91,7 @@ def _is_number(value) -> bool:
 def task_key(run: dict) -> str:
     """What makes two runs comparable, as a string: the env id and the dataset's description
     (classes, sizes, splits, preprocessing), less where its files were found."""
-    env = run.get("env") or run.get("config", {}).get("env")
+    env = _env(run)
     dataset = run.get("dataset")
     if isinstance(dataset, dict):
         dataset = {k: v for k, v in dataset.items() if k != "format_version"}
@@ -103,24 +103,27 @@ def task_key(run: dict) -> str:
 
 def by_task(runs: list[dict]) -> dict[str, list[dict]]:
     """``runs`` grouped by :func:`task_key`, each group under a folder-safe name: the
-    dataset's (``hybrid``), with the env's id when two tasks share one dataset name, and a
-    number when they share both; in order of first appearance."""
+    dataset's (``hybrid``), led by the env's id where tasks of different envs share a dataset
+    name, numbered (``hybrid-2``) where they still collide; in order of first appearance."""
     groups: dict[str, list[dict]] = {}
     for run in runs:
         groups.setdefault(task_key(run), []).append(run)
-    names = {key: _dataset_name(group[0]) for key, group in groups.items()}
-    for key, group in groups.items():
-        if list(names.values()).count(names[key]) > 1:
-            env = str(group[0].get("env") or group[0].get("config", {}).get("env") or "env")
-            names[key] = f"{env.rsplit('/', 1)[-1]}-{names[key]}"
+    dataset = {key: _dataset_name(group[0]) for key, group in groups.items()}
+    env = {key: str(_env(group[0]) or "env").rsplit("/", 1)[-1] for key, group in groups.items()}
     named: dict[str, list[dict]] = {}
     for key, group in groups.items():
-        name, number = names[key], 1
+        envs = {env[other] for other in groups if dataset[other] == dataset[key]}
+        base = f"{env[key]}-{dataset[key]}" if len(envs) > 1 else dataset[key]
+        name, number = base, 1
         while name in named:
             number += 1
-            name = f"{names[key]}-{number}"
+            name = f"{base}-{number}"
         named[name] = group
     return named
+
+
+def _env(run: dict) -> str | None:
+    return run.get("env") or run.get("config", {}).get("env")
 
 
 def _dataset_name(run: dict) -> str:
@@ -132,7 +135,7 @@ def _dataset_name(run: dict) -> str:
 
 def task_label(run: dict) -> str:
     """``env on dataset (N train / M test examples)`` of a run's task, for titles and reports."""
-    env = run.get("env") or run.get("config", {}).get("env") or "an unnamed env"
+    env = _env(run) or "an unnamed env"
     dataset = run.get("dataset") if isinstance(run.get("dataset"), dict) else {}
     sizes = dataset.get("sizes") or {}
     counted = f" ({sizes['train']} train / {sizes['test']} test examples)" if {"train", "test"} <= set(sizes) else ""
