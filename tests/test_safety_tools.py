@@ -18,7 +18,7 @@ from synthetic_data import tar_folder, write_cifar_pickles, write_image_folder, 
 import routing_rl  # noqa: F401  (registers the ids)
 from routing_rl.app import figures, latency
 from routing_rl.app.cli import main as train_main
-from routing_rl.data import RoutingDataset, Split, cache, fetch, load_dataset
+from routing_rl.data import RoutingDataset, Split, cache, load_dataset
 from routing_rl.envs import RoutingSB3VecEnv
 
 ENV_ID = "routing_rl/HybridRouting-v0"
@@ -176,14 +176,6 @@ def test_stepping_before_reset_raises_reset_needed(maker, dataset):
 # --- data: one line per damaged copy -------------------------------------------------------
 
 
-@pytest.fixture
-def offline(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("ROUTING_RL_DATA_DIR", raising=False)
-    monkeypatch.setattr(fetch, "online", lambda url, timeout=3.0: "offline (test)")
-    return tmp_path
-
-
 def truncated_gz(data):
     write_mnist_idx(data)
     path = data / "train-images-idx3-ubyte.gz"
@@ -218,51 +210,51 @@ def undecodable_jpeg(data):
     return "cifar10", path, "cannot be decoded as an image"
 
 
-def cli(offline, dataset, data_dir, *extra):
+def cli(data_env, dataset, data_dir, *extra):
     return ["--preset", "smoke", "--iterations", "2", "--dataset", dataset, "--data-dir", str(data_dir),
-            "--download", "false", "--logdir", str(offline / "runs"), *extra]
+            "--download", "false", "--logdir", str(data_env / "runs"), *extra]
 
 
 @pytest.mark.parametrize("damage", [truncated_gz, crc_failure, cut_tar, undecodable_jpeg])
-def test_a_damaged_copy_is_one_line_naming_the_file_and_the_fix(damage, offline, capsys):
-    dataset, path, problem = damage(offline / "data")
+def test_a_damaged_copy_is_one_line_naming_the_file_and_the_fix(damage, data_env, capsys):
+    dataset, path, problem = damage(data_env / "data")
     with pytest.raises(SystemExit) as exit_info:
-        train_main(cli(offline, dataset, offline / "data"))
+        train_main(cli(data_env, dataset, data_env / "data"))
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"{path} {problem}" in err and err.strip().endswith("copy or download that file again")
     with pytest.raises(SystemExit):
-        train_main(cli(offline, dataset, offline / "data", "--verbose"))
+        train_main(cli(data_env, dataset, data_env / "data", "--verbose"))
     details = capsys.readouterr().err
     assert "Looked in:" in details and "Accepted layouts:" in details and f"unreadable: {path}" in details
-    assert not (offline / "runs").exists()
+    assert not (data_env / "runs").exists()
 
 
-def test_a_data_dir_that_is_a_file_is_called_a_file(offline, capsys):
-    passwd = offline / "passwd"
+def test_a_data_dir_that_is_a_file_is_called_a_file(data_env, capsys):
+    passwd = data_env / "passwd"
     passwd.write_text("root:x:0:0::/root:/bin/sh\n")
     with pytest.raises(SystemExit) as exit_info:
-        train_main(cli(offline, "mnist", passwd))
+        train_main(cli(data_env, "mnist", passwd))
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
     assert f"data folder {passwd} is a file, not a folder" in err and "does not exist" not in err
 
 
-def test_a_cache_that_is_a_file_is_one_line(offline, monkeypatch, capsys):
-    write_mnist_idx(offline / "data")
-    (offline / "cache-file").write_text("not a folder")
-    monkeypatch.setenv("ROUTING_RL_CACHE", str(offline / "cache-file"))
+def test_a_cache_that_is_a_file_is_one_line(data_env, monkeypatch, capsys):
+    write_mnist_idx(data_env / "data")
+    (data_env / "cache-file").write_text("not a folder")
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(data_env / "cache-file"))
     with pytest.raises(SystemExit) as exit_info:
-        train_main(cli(offline, "mnist", offline / "data"))
+        train_main(cli(data_env, "mnist", data_env / "data"))
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
-    assert f"$ROUTING_RL_CACHE: {offline / 'cache-file'} is a file, not a folder" in err
-    assert (offline / "cache-file").read_text() == "not a folder"
+    assert f"$ROUTING_RL_CACHE: {data_env / 'cache-file'} is a file, not a folder" in err
+    assert (data_env / "cache-file").read_text() == "not a folder"
 
 
-def test_a_read_only_cache_is_warned_about_once_and_the_data_used_from_memory(offline, monkeypatch):
-    write_mnist_idx(offline / "data")
-    expected = load_dataset("mnist", data_dir=offline / "data", download=False, cache_dir=offline / "writable")
+def test_a_read_only_cache_is_warned_about_once_and_the_data_used_from_memory(data_env, monkeypatch):
+    write_mnist_idx(data_env / "data")
+    expected = load_dataset("mnist", data_dir=data_env / "data", download=False, cache_dir=data_env / "writable")
 
     def read_only(path, write):
         raise OSError(errno.EROFS, "Read-only file system", str(path))
@@ -270,10 +262,10 @@ def test_a_read_only_cache_is_warned_about_once_and_the_data_used_from_memory(of
     monkeypatch.setattr(cache, "atomic_write", read_only)
     with pytest.warns(UserWarning, match=r"cannot write into the cache folder .* \(Read-only file system\); going on "
                                          r"without a cache") as warned:
-        got = load_dataset("mnist", data_dir=offline / "data", download=False)
+        got = load_dataset("mnist", data_dir=data_env / "data", download=False)
     assert len(warned) == 1, "one warning, though two entries (the source, the dataset) were not saved"
     assert torch.equal(got.train.images, expected.train.images) and torch.equal(got.test.labels, expected.test.labels)
-    assert not (offline / "cache").exists()
+    assert not (data_env / "cache").exists()
 
 
 def test_a_full_disk_inside_torch_save_is_also_only_a_warning(tmp_path, monkeypatch):

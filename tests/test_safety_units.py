@@ -18,7 +18,7 @@ from synthetic_data import write_image_folder, write_mnist_idx
 
 from routing_rl.core.files import atomic_write, atomic_write_text, remove_stale_temporaries
 from routing_rl.core.policies import MAX_HALVINGS, TrainingPolicy, halving
-from routing_rl.data import DataNotFoundError, Split, cache, fetch, load_dataset
+from routing_rl.data import DataNotFoundError, Split, cache, load_dataset
 from routing_rl.nets.multiscale import build
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from routing_rl.training.config import TrainConfig, make_config
@@ -231,14 +231,6 @@ def test_a_run_that_cannot_fit_is_refused_before_allocating(overrides, advice):
 
 
 # --- datasets ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def data_env(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("ROUTING_RL_DATA_DIR", raising=False)
-    monkeypatch.setattr(fetch, "online", lambda url, timeout=3.0: "offline (test)")
-    return tmp_path
 
 
 def plain_tar(folder: Path, tarball: Path) -> list[int]:
