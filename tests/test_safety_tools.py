@@ -8,6 +8,9 @@ import csv
 import errno
 import io
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -22,6 +25,7 @@ from routing_rl.data import RoutingDataset, Split, cache, load_dataset
 from routing_rl.envs import RoutingSB3VecEnv
 
 ENV_ID = "routing_rl/HybridRouting-v0"
+REPO = Path(__file__).resolve().parents[1]
 
 
 # --- figures and latency reports: one task per figure --------------------------------------
@@ -90,6 +94,17 @@ def test_figures_refuse_an_out_folder_that_is_a_file(out, runs, tmp_path, capsys
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
     assert "is a file, not a folder; choose another --out" in err
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch and SB3
+def test_a_sweep_refuses_a_figures_folder_that_is_a_file_before_training(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    result = subprocess.run([sys.executable, str(REPO / "experiments" / "sweep.py"), "--agents", "actor", "--k-cpts", "0",
+                             "--figures", str(tmp_path / "afile"), "--logdir", str(tmp_path / "runs")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.strip().endswith(f"--figures {tmp_path / 'afile'} is a file, not a folder; choose another --figures")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_latency_point_is_matched_only_within_its_task():
