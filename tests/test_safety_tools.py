@@ -21,7 +21,7 @@ from synthetic_data import tar_folder, write_cifar_pickles, write_image_folder, 
 import routing_rl  # noqa: F401  (registers the ids)
 from routing_rl.app import figures, latency
 from routing_rl.app.cli import main as train_main
-from routing_rl.data import RoutingDataset, Split, cache, load_dataset
+from routing_rl.data import SOURCES, RoutingDataset, Split, cache, load_dataset
 from routing_rl.envs import RoutingSB3VecEnv
 
 ENV_ID = "routing_rl/HybridRouting-v0"
@@ -149,7 +149,7 @@ def dataset():
     generator = torch.Generator().manual_seed(0)
     split = Split(torch.rand(12, 3, 32, 32, generator=generator), torch.randint(3, (12,), generator=generator),
                   torch.randint(2, (12,), generator=generator))
-    return RoutingDataset("tiny", ("a", "b", "c"), split, split, {})
+    return RoutingDataset("tiny", ("a", "b", "c"), split, split, {}, SOURCES)
 
 
 MAKERS = {
