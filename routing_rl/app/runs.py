@@ -159,9 +159,9 @@ def check_new_run_directory(path: Path, overwrite: bool) -> None:
         raise RunError(f"{path / CHECKPOINTS} is a symbolic link (to {os.readlink(path / CHECKPOINTS)}); routing-rl "
                        "deletes nothing through links: remove the link yourself, or choose another --run-name")
     if (path / METRICS_FILE).is_file() and not overwrite:
-        raise RunError(f"run directory {path} holds a finished run; pass --overwrite to replace it, or another --run-name")
+        raise RunError(f"run directory {path} already exists and holds a finished run; pass --overwrite to replace it, or another --run-name")
     if has_results(path) and not overwrite:
-        raise RunError(f"run directory {path} holds an unfinished run; pass --resume {path} to continue it, "
+        raise RunError(f"run directory {path} already exists and holds an unfinished run; pass --resume {path} to continue it, "
                        "--overwrite to replace it, or another --run-name")
 
 
