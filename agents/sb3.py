@@ -111,6 +111,8 @@ SB3_DEFAULTS = {
 HISTORY_FILE = "sb3_history.json"
 CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.zip"
+STAND_IN_ENVS = 8
+"""Envs of the stand-in vector env :func:`check_sb3_kwargs` builds SB3's model on."""
 PROBE_EXAMPLES = 64
 """Validation examples run through the net to tell a diverged feature network from a bug."""
 RUN_FILES = (HISTORY_FILE, MODEL_FILE, "best_model.zip", "evaluations.npz", "progress.csv", f"{CHECKPOINTS}/*_iterations.zip")
@@ -397,7 +399,8 @@ def check_sb3_kwargs(config: TrainConfig) -> None:
     Rather than copy those rules (and let the copy drift from SB3's), the algorithm is built
     here on a tiny stand-in env (a 4-float observation, the routing envs' discrete action)
     with the kwargs :func:`sb3_kwargs` would give it, and its error becomes the message:
-    a few milliseconds, before any folder is written.
+    a few milliseconds, before any folder is written. At most :data:`STAND_IN_ENVS` envs
+    stand in for ``n_envs`` (whose memory :func:`check_sb3_fits` checks later).
     """
     if config.agent not in SB3_AGENTS or not config.sb3_kwargs:
         return
@@ -414,7 +417,8 @@ def check_sb3_kwargs(config: TrainConfig) -> None:
     try:
         with warnings.catch_warnings():  # e.g. PPO's note on batch sizes: about the stand-in's single env
             warnings.simplefilter("ignore")
-            algorithm("MlpPolicy", DummyVecEnv([StandIn]), device="cpu", **copy.deepcopy(sb3_kwargs(config, 1)))
+            stand_ins = DummyVecEnv([StandIn] * min(config.n_envs, STAND_IN_ENVS))
+            algorithm("MlpPolicy", stand_ins, device="cpu", **copy.deepcopy(sb3_kwargs(config, config.n_envs)))
     except Exception as error:  # SB3's and torch's own checks raise TypeError, ValueError, AssertionError, ...
         raise ValueError(f"--sb3-kwargs {json.dumps(config.sb3_kwargs)}: SB3's {algorithm.__name__} refuses them "
                          f"({type(error).__name__}: {_first_line(error)})") from None
