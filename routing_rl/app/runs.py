@@ -133,12 +133,14 @@ def run_directory(config: TrainConfig) -> Path:
     return Path(config.logdir) / name
 
 
-def check_new_run_directory(path: Path, overwrite: bool) -> None:
+def check_new_run_directory(path: Path, overwrite: bool, writer: bool = True) -> None:
     """Raise RunError unless a new run may be written to ``path`` (nothing is changed).
 
     An existing run is replaced only with ``overwrite``, except a failed start (a config.json
     and no checkpoint or metrics), which a new start under the same name replaces; a folder
-    that is not a run directory is never touched."""
+    that is not a run directory, or one a live process holds, is never touched. ``writer``:
+    whether this process will write the run (under torchrun only rank 0, whose lock the
+    others must not take for a stranger's)."""
     logdir = path.parent
     existing = next(p for p in (logdir, *logdir.parents) if p.exists() or p == p.parent)
     if not existing.is_dir():
@@ -149,12 +151,13 @@ def check_new_run_directory(path: Path, overwrite: bool) -> None:
         return
     if not path.is_dir():
         raise RunError(f"{path} exists and is a file, not a run directory; choose another --run-name")
+    if writer:
+        check_not_in_use(path)
     if not any(p.name != LOCK_FILE for p in path.iterdir()):
-        return check_not_in_use(path)
+        return
     if not (path / CONFIG_FILE).is_file():
         raise RunError(f"{path} exists and is not a run directory (no {CONFIG_FILE}); routing-rl will not touch it: "
                        "choose another --run-name or --logdir")
-    check_not_in_use(path)
     if (path / CHECKPOINTS).is_symlink():
         raise RunError(f"{path / CHECKPOINTS} is a symbolic link (to {os.readlink(path / CHECKPOINTS)}); routing-rl "
                        "deletes nothing through links: remove the link yourself, or choose another --run-name")
@@ -310,8 +313,9 @@ def train(
             return finished_metrics(run_dir)
         if not has_checkpoint(run_dir, config):
             raise RunError(f"{run_dir} has no {CHECKPOINT_FILE} to resume from; start it again without --resume")
-        check_not_in_use(run_dir)
         distributed, device = join_processes(config, resolve_device(config.device))
+        if distributed is None or distributed.is_main:
+            check_not_in_use(run_dir)
     else:
         if config is None:
             raise RunError("give a config to start a run, or a run directory to resume")
@@ -323,7 +327,7 @@ def train(
         run_dir = run_directory(config)
         if distributed is not None:  # the default name holds the time: rank 0's
             run_dir = distributed.broadcast(run_dir if distributed.is_main else None)
-        check_new_run_directory(run_dir, overwrite)
+        check_new_run_directory(run_dir, overwrite, writer=distributed is None or distributed.is_main)
     try:
         with contextlib.ExitStack() as held:  # the run's lock, once _train takes it
             return _train(config, run_dir, device, resume, distributed, overwrite, held)
