@@ -60,7 +60,7 @@ def dead_pid() -> int:
 
 def plant_lock(run_dir: Path, pid: int, host: str | None = None) -> Path:
     lock = run_dir / LOCK
-    lock.write_text(json.dumps({"pid": pid, "host": host or socket.gethostname(), "started": time.time() - 60}) + "\n")
+    lock.write_text(json.dumps({"pid": pid, "host": host or socket.gethostname(), "started": time.time()}) + "\n")
     return lock
 
 
@@ -172,6 +172,20 @@ def test_a_lock_from_another_host_is_refused_and_the_lock_is_released_after_erro
     monkeypatch.setattr(StaticLearner, "train_step", interrupted)
     assert main(args(tiny_data, tmp_path, "run")) == 130
     assert not (tmp_path / "run" / LOCK).exists(), "released on Ctrl-C"
+
+
+def test_a_reused_process_id_does_not_keep_a_stale_lock(tmp_path):
+    """The lock's process died and a later process got its id (as after a container restart)."""
+    if not Path("/proc/self/stat").is_file():
+        pytest.skip("process start times come from Linux's /proc")
+    from routing_rl.core.lock import FolderLock, live_owner
+
+    lock = tmp_path / LOCK
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname(), "started": 0.0}) + "\n")
+    assert live_owner(lock) is None
+    warnings = []
+    FolderLock(lock).acquire(warn=warnings.append).release()
+    assert len(warnings) == 1 and "no longer running" in warnings[0] and not lock.exists()
 
 
 def test_the_lock_is_exclusive_and_names_its_owner(tmp_path):
@@ -304,8 +318,8 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(failure, tiny_da
 
     monkeypatch.setattr(checkpoint, "atomic_write", fail_second)
     err = refused(args(tiny_data, tmp_path, "run"), capsys)
-    reason = "no space left on device" if failure.errno == errno.ENOSPC else "cannot write (I/O error)"
-    assert f"{reason} writing checkpoint 4 to {tmp_path / 'run' / 'checkpoint.pt'}; the previous checkpoint is kept" in err
+    reason = "no space left on device writing" if failure.errno == errno.ENOSPC else "cannot write (I/O error)"
+    assert f"{reason} checkpoint 4 to {tmp_path / 'run' / 'checkpoint.pt'}; the previous checkpoint is kept" in err
     state = checkpoint.load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert state["training_state"]["iteration"] == 2
     assert sorted(p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(".")) == []

@@ -448,9 +448,10 @@ def write_checkpoint(path: Path, state: dict) -> None:
     try:
         save_checkpoint(path, state)
     except OSError as error:
-        what = "no space left on device" if error.errno == errno.ENOSPC else f"cannot write ({error.strerror or error})"
-        raise RunError(f"{what} writing checkpoint {state['training_state']['iteration']} to {path}; the previous "
-                       f"checkpoint is kept: free some space, then --resume {path.parent}") from None
+        iteration, full = state["training_state"]["iteration"], error.errno == errno.ENOSPC
+        what = "no space left on device writing" if full else f"cannot write ({error.strerror or error})"
+        raise RunError(f"{what} checkpoint {iteration} to {path}; the previous checkpoint is kept: "
+                       f"{'free some space' if full else 'fix the disk'}, then --resume {path.parent}") from None
 
 
 def _train_learner(config, task, train_part, validation, test, run_dir, device, resume, cost, distributed=None):

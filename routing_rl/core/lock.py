@@ -28,15 +28,28 @@ class LockedError(RuntimeError):
         self.owner = owner
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host (a process of another user counts)."""
+def _alive(pid: int, since=None) -> bool:
+    """Whether process ``pid`` exists on this host (a process of another user counts) and,
+    where Linux's /proc tells, had started by the UNIX time ``since``: a later process with
+    the same id (ids are reused, a container restarts from low ones) is not the owner."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    started = _start_time(pid)
+    return not isinstance(since, (int, float)) or started is None or started <= since + 1  # /proc's ticks, rounded
+
+
+def _start_time(pid: int) -> float | None:
+    """When process ``pid`` started (UNIX time), from /proc; None where there is no /proc."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _owner(text: str) -> dict | None:
@@ -81,7 +94,7 @@ class FolderLock:
             if owner is None:
                 raise LockedError(f"{self.path} exists but is not a lock file written by routing-rl; if no run is "
                                   "using the folder, delete it and start again")
-            if owner["host"] != socket.gethostname() or _alive(owner["pid"]):
+            if owner["host"] != socket.gethostname() or _alive(owner["pid"], owner.get("started")):
                 raise LockedError(f"{self.path} is held by process {describe(owner)}; wait for it to finish or "
                                   "stop it, or delete the lock if that process is gone", owner)
             if self._take_over(text):
@@ -147,4 +160,4 @@ def live_owner(path: Path) -> dict | None:
         return None
     if owner is None or (owner["pid"], owner["host"]) == (os.getpid(), socket.gethostname()):
         return None
-    return owner if owner["host"] != socket.gethostname() or _alive(owner["pid"]) else None
+    return owner if owner["host"] != socket.gethostname() or _alive(owner["pid"], owner.get("started")) else None
