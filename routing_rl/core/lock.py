@@ -72,7 +72,7 @@ def describe(owner: dict) -> str:
 
 class FolderLock:
     """The lock file ``path``; ``acquire()`` takes it or raises :class:`LockedError`,
-    ``release()`` removes it if it is still this process's. A context manager."""
+    ``release()`` removes it if it is still this process's."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -82,24 +82,30 @@ class FolderLock:
     def acquire(self, warn=lambda line: print(line, file=sys.stderr)) -> FolderLock:
         """Take the lock; a stale one (its process dead, on this host) is taken over with
         ``warn(line)``. Raises LockedError naming the owner when a live process holds it."""
-        for _ in range(3):  # a stale lock taken over by another process at the same moment: look again
+        text = None
+        for _ in range(5):  # released, taken over or being written by another process meanwhile: look again
             if self._create():
                 self.held = True
                 return self
             try:
                 text = self.path.read_text()
-            except FileNotFoundError:  # released between the two calls
+            except FileNotFoundError:
+                continue
+            if not text:  # created an instant ago, its line not written yet
+                time.sleep(0.1)
                 continue
             owner = _owner(text)
             if owner is None:
-                raise LockedError(f"{self.path} exists but is not a lock file written by routing-rl; if no run is "
-                                  "using the folder, delete it and start again")
+                break
             if owner["host"] != socket.gethostname() or _alive(owner["pid"], owner.get("started")):
                 raise LockedError(f"{self.path} is held by process {describe(owner)}; wait for it to finish or "
                                   "stop it, or delete the lock if that process is gone", owner)
             if self._take_over(text):
                 warn(f"warning: {self.path} was left by process {describe(owner)}, which is no longer running; "
                      "taking it over")
+        if text is not None and _owner(text) is None:
+            raise LockedError(f"{self.path} exists but is not a lock file written by routing-rl; if no run is "
+                              "using the folder, delete it and start again")
         raise LockedError(f"{self.path} keeps changing hands; another process is starting on this folder")
 
     def _create(self) -> bool:
@@ -141,13 +147,6 @@ class FolderLock:
                 self.path.unlink()
         except FileNotFoundError:
             pass
-
-    def __enter__(self) -> FolderLock:
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
 
 def live_owner(path: Path) -> dict | None:
     """The owner of the lock file ``path`` when another process may still hold it (alive on
