@@ -1,6 +1,7 @@
 import pytest
 
-from routing_rl.app.report import exits_by_source, margin, markdown_report, static_accuracy_at, static_curve, targets
+from routing_rl.app.frontier import frontier_accuracy as static_accuracy_at
+from routing_rl.app.report import exits_by_source, margin, markdown_report, static_curve, targets
 
 
 def point(series, accuracy, macs, run="r", k_cpt=None, label=""):

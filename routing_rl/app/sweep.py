@@ -8,6 +8,7 @@ not the requested one is never taken for it (:func:`config_differences`).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from collections.abc import Iterable, Sequence
@@ -21,6 +22,16 @@ LR_CANDIDATES = (0.1, 0.05, 0.02, 0.01)
 IGNORED_IN_COMPARISON = (*RESUME_OVERRIDES, "logdir")
 """Fields that may differ between a saved run and the requested one: the machine's, and
 the logdir's spelling (the run folder is the same)."""
+
+
+def static_lr_flag(text: str) -> float | str:
+    """``--static-lr``: a learning rate, or ``auto`` to choose it with :func:`select_static_lr`."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
 def run_name(config: TrainConfig) -> str:
