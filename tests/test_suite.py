@@ -157,7 +157,7 @@ def two_source_dataset() -> RoutingDataset:
         labels = torch.tensor([0] * digits + [1] * photos)
         images = torch.arange(len(labels), dtype=torch.float32)[:, None, None, None].expand(-1, 3, 2, 2)
         return Split(images.contiguous(), labels, labels.clone())
-    return RoutingDataset("two", ("digit", "photo"), split(20, 120), split(10, 10), {})
+    return RoutingDataset("two", ("digit", "photo"), split(20, 120), split(10, 10), {}, ("mnist", "cifar"))
 
 
 def test_composition_counts_follow_the_test_split():
