@@ -253,3 +253,26 @@ def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache
     again = capsys.readouterr().out
     assert "training" not in again and "complete, skipped" in again
     assert json.loads((tmp_path / "suite.json").read_text())["tasks"]["hybrid-even"]["rows"][0]["cost"] == row["cost"]
+
+
+@pytest.mark.slow
+def test_real_suite_tasks_have_the_composition_docs_suite_md_gives(real_data_dir, real_cache_dir):
+    """docs/suite.md's table (training / validation / test images per source, seed 0) is what the data builds."""
+    from routing_rl.app.suite import SUITE
+
+    rows = {}
+    for line in (REPO / "docs" / "suite.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 6 and cells[0].startswith("`") and "/" in cells[2]:
+            rows[cells[0].strip("`")] = cells[2:]
+
+    def pair(split: Split) -> str:
+        digits, photos = torch.bincount(split.source, minlength=2).tolist()
+        return f"{digits:,} / {photos:,}"
+
+    assert set(rows) == set(SUITE)
+    for name, (train, validation, test, validation_train_mix) in rows.items():
+        ds = load_dataset(name, data_dir=real_data_dir, cache_dir=real_cache_dir, download=False)
+        train_part, held_out = ds.validation_split(0.1, 0, "test")
+        assert [pair(train_part), pair(held_out), pair(ds.test)] == [train, validation, test], name
+        assert pair(ds.validation_split(0.1, 0, "train")[1]) == validation_train_mix, name
