@@ -74,6 +74,7 @@ def test_summary_uses_the_frontier_of_the_static_runs_beside_it(tmp_path):
     fake_run(tmp_path / "static-3", "static", "static-3", 0.75, 5e6)  # a dip: off the frontier
     fake_run(tmp_path / "other-task", "static", "static-3", 0.99, 5e6, dataset="cifar2")
     fake_run(tmp_path / "other-seed", "static", "static-3", 0.99, 5e6, seed=1)
+    fake_run(tmp_path / "static-1-again", "static", "static-1", 0.70, 1e6)  # a tie: named once
     actor = fake_run(tmp_path / "actor", "actor", "chain", 0.82, 4e6)
     text = summary_text(actor)
     assert "static frontier (static-1, static-2) at 4.00M MACs: 80.00%, this net +2.00 pts" in text

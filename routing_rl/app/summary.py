@@ -63,8 +63,8 @@ def static_beside(metrics: dict) -> list[tuple[str, float, float]]:
 def static_line(accuracy: float, mean_macs: float, static: list[tuple[str, float, float]]) -> str:
     """Where a point stands against the static frontier of ``static`` (net, accuracy, MACs)."""
     frontier = static_frontier((macs, acc) for _, acc, macs in static)
-    on_frontier = [name for name, acc, macs in sorted(static, key=lambda s: s[2]) if (macs, acc) in frontier]
-    line = f"  static frontier ({', '.join(on_frontier)})"
+    names = [next(name for name, acc, macs in static if (macs, acc) == point) for point in frontier]
+    line = f"  static frontier ({', '.join(names)})"
     at = frontier_accuracy(frontier, mean_macs)
     if at is None:
         return line + f": no static net as cheap as {mean_macs / 1e6:.2f}M MACs"
