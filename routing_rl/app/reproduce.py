@@ -691,11 +691,11 @@ def _reproduce(args, prog: str) -> int:
              f"{', '.join(map(str, args.static))} (learning rate: {'chosen on validation per dataset and width' if args.static_lr == 'auto' else args.static_lr}). "
              "Written by `experiments/reproduce_paper.py` (`routing_rl/app/reproduce.py`, whose docstring defines the "
              "verdicts: the mean difference over seeds against twice its standard error).", ""]
+    rows = {name: budget_row(unique_configs({name: planned[name]}) if name in planned else configs, row["workers"])
+            for name, row in rows.items()}  # measured now that the runs have trained
     lines += ["## Compute budget", "", *budget_table(rows), "",
               "Estimates scale the README's step timings by each net's MACs of full evaluation (CPU) or by its column "
               "instances (GPU); the wall hours on N workers assume a perfect split.", ""]
-    rows = {name: budget_row(unique_configs({name: planned[name]}) if name in planned else configs, row["workers"])
-            for name, row in rows.items()}  # measured now that the runs have trained
     for figure in chosen:
         results = read_results(planned[figure.name], sorted(args.k_cpts))
         written = draw(figure, results, planned[figure.name], Path(args.figures_dir) / figure.name) if results.points else []
