@@ -19,7 +19,7 @@ import sys
 from functools import partial
 
 from routing_rl.app.figures import write_figures
-from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, backend, run_sweep,
+from routing_rl.app.sweep import (LR_CANDIDATES, add_backend_arguments, backend, exit_status, run_sweep,
                                   select_static_lr, sweep_configs)
 from routing_rl.core.memory import retain_freed_memory
 
@@ -57,7 +57,8 @@ def main() -> int:
     args = parser.parse_args()
     retain_freed_memory()
     machine = dict(env=args.env, dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir)
-    try:
+
+    def sweep() -> int:
         static_lr = args.static_lr
         if args.select_static_lr or static_lr == "auto":
             log = partial(print, file=sys.stderr) if args.select_static_lr else print
@@ -72,16 +73,9 @@ def main() -> int:
         run_dirs = run_sweep(configs, **backend(args, configs))
         if args.figures:
             print("\n".join(map(str, write_figures(run_dirs, args.figures))))
-    except SweepError as error:
-        print(f"{parser.prog}: {error}", file=sys.stderr)
-        return 1
-    except ValueError as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
-    except KeyboardInterrupt:
-        print(f"{parser.prog}: interrupted; the runs saved their checkpoints: run the same command again to finish",
-              file=sys.stderr)
-        return 130
-    return 0
+        return 0
+
+    return exit_status(parser.prog, sweep)
 
 
 if __name__ == "__main__":

@@ -15,26 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from synthetic_data import write_cifar_pickles, write_mnist_idx
+from test_cli import cache, tiny_data  # noqa: F401 (fixtures: tiny synthetic data, a scratch cache)
 
 from routing_rl.app import workers
 from routing_rl.app.runs import RunError
 from routing_rl.app.sweep import SweepError, plan, run_sweep, sweep_configs
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    write_mnist_idx(root / "MNIST" / "raw")
-    write_cifar_pickles(root / "cifar-10-batches-py")
-    return root
-
-
-@pytest.fixture
-def cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path_factory.getbasetemp() / "sweep-cache"))
 
 
 def smoke(tiny_data, logdir, seed=0, **fields):

@@ -30,7 +30,6 @@ import json
 import math
 import os
 import statistics
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +39,8 @@ import matplotlib.pyplot as plt
 from routing_rl.app.figures import write_figures
 from routing_rl.app.plots import accuracy_macs_figure
 from routing_rl.app.runs import METRICS_FILE, RunError, has_checkpoint
-from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, backend, run_sweep,
-                                  select_static_lr, sweep_configs)
+from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, backend, exit_status,
+                                  run_sweep, select_static_lr, sweep_configs)
 from routing_rl.core.memory import retain_freed_memory
 from routing_rl.nets.multiscale import build
 from routing_rl.training.config import PRESET_VALUES, TrainConfig
@@ -230,6 +229,11 @@ def _difference(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
+def paired(results: Results, measure: Callable, a: Series, b: Series) -> list[float]:
+    """Per seed, ``measure(a, seed) − measure(b, seed)``, over the seeds that have both."""
+    return per_seed(results, lambda seed: _difference(measure(a, seed), measure(b, seed)))
+
+
 # ---------------------------------------------------------------- the figures
 
 
@@ -260,12 +264,9 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
         return (*verdict(d), {"best of static-1..6 minus best of static-7, -8": d})
 
     def learner_order(results):
-        def gap(a, b):
-            return per_seed(results, lambda seed: _difference(results.mean_margin(a, seed), results.mean_margin(b, seed)))
-        parts = [("actor − pragmatic critic", *verdict(gap(actor, pragmatic))),
-                 ("pragmatic − optimistic critic", *verdict(gap(pragmatic, optimistic)))]
-        return (*combine(parts), {name: gap(a, b) for name, a, b in (("actor − pragmatic critic", actor, pragmatic),
-                                                                     ("pragmatic − optimistic critic", pragmatic, optimistic))})
+        gaps = {"actor − pragmatic critic": paired(results, results.mean_margin, actor, pragmatic),
+                "pragmatic − optimistic critic": paired(results, results.mean_margin, pragmatic, optimistic)}
+        return (*combine([(name, *verdict(d)) for name, d in gaps.items()]), gaps)
 
     def dynamic_matches_fixed(results):
         def gap(seed):
@@ -290,7 +291,7 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
     no_kdec = Series("actor, k_dec 0", "actor", {"k_dec": 0.0})
 
     def kdec_needed(results):
-        d = per_seed(results, lambda seed: _difference(results.mean_margin(actor, seed), results.mean_margin(no_kdec, seed)))
+        d = paired(results, results.mean_margin, actor, no_kdec)
         return (*verdict(d), {"actor (k_dec 0.01) − actor (k_dec 0), margin over the static frontier": d})
 
     def not_implemented(results):
@@ -307,25 +308,27 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
                 d = [_difference(results.accuracy_at(on, seed, k), results.accuracy_at(off, seed, k)) for k in low]
                 d = [x for x in d if x is not None]
                 return statistics.fmean(d) if d else None
-            numbers[f"{on.label}: TALR − no TALR accuracy at k_cpt {', '.join(f'{k:g}' for k in low)}"] = d = per_seed(results, gap)
+            d = per_seed(results, gap)
+            numbers[f"{on.label}: TALR − no TALR accuracy at k_cpt {', '.join(f'{k:g}' for k in low)}"] = d
             parts.append((on.label, *verdict(d)))
         return (*combine(parts), numbers)
 
     tree = Series("actor (tree)", "actor", {"arch": "tree"})
 
     def tree_tight(results):
-        d = per_seed(results, lambda seed: _difference(results.mean_margin(tree, seed, high), results.mean_margin(actor, seed, high)))
+        d = paired(results, lambda s, seed: results.mean_margin(s, seed, high), tree, actor)
         return (*verdict(d), {f"tree − chain margin over the static frontier at k_cpt {', '.join(f'{k:g}' for k in high)}": d})
 
     def tree_overfits(results):
-        d = per_seed(results, lambda seed: _difference(results.accuracy_at(tree, seed, k_cpts[0]), results.accuracy_at(actor, seed, k_cpts[0])))
+        d = paired(results, lambda s, seed: results.accuracy_at(s, seed, k_cpts[0]), tree, actor)
         return (*verdict(d, "below"), {f"tree − chain test accuracy at k_cpt {k_cpts[0]:g}": d})
 
     def tree_specializes(results):
         d = per_seed(results, lambda seed: _difference(purity(results.of(tree, seed)), purity(results.of(actor, seed))))
         return (*verdict(d), {"tree − chain source purity of the leaves (% of examples)": d})
 
-    cifar = {name: (static(dataset=name), Series(f"actor, {name}", "actor", {"dataset": name})) for name in ("cifar2", "cifar5", "cifar10")}
+    cifar = {name: (static(dataset=name), Series(f"actor, {name}", "actor", {"dataset": name}))
+             for name in ("cifar2", "cifar5", "cifar10")}
 
     def cifar2_peak(results):
         net_static, net_actor = cifar["cifar2"]
@@ -364,7 +367,7 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
         parts, numbers = [], {}
         base = wide[widths[0]][1]
         for w in widths[1:]:
-            d = per_seed(results, lambda seed, w=w: _difference(results.mean_margin(wide[w][1], seed), results.mean_margin(base, seed)))
+            d = paired(results, results.mean_margin, wide[w][1], base)
             numbers[f"actor margin over the static frontier, width ×{w} − ×{widths[0]}"] = d
             parts.append((f"×{w}", *verdict(d, "not below")))
         return (*combine(parts), numbers)
@@ -596,7 +599,8 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
     parser.add_argument("--k-cpts", nargs="+", type=float, default=list(K_CPTS), help=f"k_cpt values (default: {K_CPTS})")
     parser.add_argument("--static", nargs="+", type=int, default=list(STATIC_COLUMNS), help="static nets by columns (default: 1..8)")
     parser.add_argument("--widths", nargs="+", type=int, default=[1, 2, 3], help="capacity figure widths (default: 1 2 3)")
-    parser.add_argument("--static-lr", default="auto", help="static nets' learning rate, or auto: chosen on validation per dataset and width")
+    parser.add_argument("--static-lr", default="auto",
+                        help="static nets' learning rate, or auto: chosen on validation per dataset and width (default)")
     parser.add_argument("--lr-iterations", type=int, default=400, help="iterations of each --static-lr auto trial (default: 400)")
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
                         help="other config fields of every run, values in JSON (e.g. eval_every=500 validation_fraction=0.2)")
@@ -609,17 +613,7 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
     add_backend_arguments(parser)
     args = parser.parse_args(argv)
     retain_freed_memory()
-    try:
-        return _reproduce(args, parser.prog)
-    except SweepError as error:
-        print(f"{parser.prog}: {error}", file=sys.stderr)
-        return 1
-    except ValueError as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
-    except KeyboardInterrupt:
-        print(f"{parser.prog}: interrupted; the runs saved their checkpoints: run the same command again to finish",
-              file=sys.stderr)
-        return 130
+    return exit_status(parser.prog, lambda: _reproduce(args, parser.prog))
 
 
 def fields(pairs: Sequence[str]) -> dict:
@@ -685,10 +679,11 @@ def _reproduce(args, prog: str) -> int:
     report = Path(args.report)
     command = " ".join(["python experiments/reproduce_paper.py", "--figure", "{figure}", "--preset", args.preset,
                         "--seeds", *map(str, args.seeds)] + ([f"--iterations {args.iterations}"] if args.iterations else []))
+    static_lr = "chosen on validation per dataset and width" if args.static_lr == "auto" else f"{args.static_lr:g}"
     lines = ["# Reproducing the paper's experiments (Section 5)", "",
              f"Preset `{args.preset}`{f', {args.iterations} iterations' if args.iterations else ''}, seeds "
              f"{', '.join(map(str, args.seeds))}, k_cpt {', '.join(f'{k:g}' for k in sorted(args.k_cpts))}, static nets "
-             f"{', '.join(map(str, args.static))} (learning rate: {'chosen on validation per dataset and width' if args.static_lr == 'auto' else args.static_lr}). "
+             f"{', '.join(map(str, args.static))} (learning rate: {static_lr}). "
              "Written by `experiments/reproduce_paper.py` (`routing_rl/app/reproduce.py`, whose docstring defines the "
              "verdicts: the mean difference over seeds against twice its standard error).", ""]
     rows = {name: budget_row(unique_configs({name: planned[name]}) if name in planned else configs, row["workers"])

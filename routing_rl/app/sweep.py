@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -128,7 +129,9 @@ def run_sweep(configs: list[TrainConfig], log=print, workers: int = 0, ray: bool
     def started(i: int) -> None:
         log(f"[{i + 1}/{total}] {configs[i].run_name}: {'resuming' if planned[i][1] == 'resume' else 'training'}")
 
-    if ray:
+    if not tasks:
+        outcomes = iter(())
+    elif ray:
         outcomes = ray_tasks(tasks, None if ray is True else ray, runs_per_gpu, started)
     elif workers == 0 and not (runs_per_gpu > 1 and uses_gpus(configs)):
         outcomes = in_this_process(tasks, started=started)
@@ -213,3 +216,20 @@ def backend(args, configs: Sequence[TrainConfig]) -> dict:
         raise RunError("--workers is for local worker processes; with --ray, Ray places the runs (drop one of them)")
     workers = default_workers(configs, args.runs_per_gpu) if args.workers is None else args.workers
     return {"workers": workers, "ray": ray, "runs_per_gpu": args.runs_per_gpu}
+
+
+def exit_status(prog: str, body) -> int:
+    """``body()``'s exit status, with a sweep's failures as one line each: 1 when runs failed
+    (the others finished), 2 for bad input, 130 when interrupted (checkpoints are saved)."""
+    try:
+        return body()
+    except SweepError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 1
+    except ValueError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; the runs saved their checkpoints: run the same command again to finish",
+              file=sys.stderr)
+        return 130

@@ -184,13 +184,13 @@ def ray_tasks(tasks: Sequence[Task], address: str | None = None, runs_per_gpu: i
     try:
         gpus = ray.cluster_resources().get("GPU", 0) > 0
         environ = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
-        pending = {}
+        pending, remote = {}, ray.remote(train_run)
         for index, config in tasks:
             on_gpu = config.device.startswith("cuda") or (config.device == "auto" and gpus)
-            remote = ray.remote(train_run).options(num_cpus=1, num_gpus=1 / runs_per_gpu if on_gpu else 0,
-                                                   max_retries=RAY_RETRIES, retry_exceptions=False)
+            task = remote.options(num_cpus=1, num_gpus=1 / runs_per_gpu if on_gpu else 0, max_retries=RAY_RETRIES,
+                                  retry_exceptions=False)
             started(index)
-            pending[remote.remote(absolute_paths(config), 1, None, environ)] = index
+            pending[task.remote(absolute_paths(config), 1, None, environ)] = index
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             index = pending.pop(done[0])
