@@ -26,6 +26,7 @@ import concurrent.futures as futures
 import dataclasses
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -119,15 +120,12 @@ def local_workers(tasks: Sequence[Task], slots: Sequence[str | None], train: Cal
     """The runs on ``len(slots)`` worker processes, one intra-op thread each; a run is handed
     a slot when one is free, and the slot's GPU (None: the CPU) is the only one it sees.
 
-    executor: where the runs go (default: a process pool with the ``spawn`` context and a
-    fresh process per run, so no state passes from one run to the next); ``started(index)``
+    executor: where the runs go (default: :func:`process_pool`); ``started(index)``
     is called as each run is handed to a worker.
     """
     environ = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
     own = executor is None
-    if own:
-        executor = futures.ProcessPoolExecutor(len(slots), mp_context=multiprocessing.get_context("spawn"),
-                                               max_tasks_per_child=1)
+    executor = process_pool(len(slots)) if own else executor
     waiting, free, running = list(tasks), list(slots), {}
     try:
         while waiting or running:
@@ -135,10 +133,10 @@ def local_workers(tasks: Sequence[Task], slots: Sequence[str | None], train: Cal
                 index, config = waiting.pop(0)
                 slot = free.pop(0)
                 started(index)
-                running[executor.submit(train, config, 1, slot, environ)] = (index, slot)
+                running[executor.submit(train, config, 1, slot, environ)] = (index, slot, executor)
             done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
             for future in done:
-                index, slot = running.pop(future)
+                index, slot, pool = running.pop(future)
                 free.append(slot)
                 try:
                     outcome = future.result()
@@ -148,15 +146,22 @@ def local_workers(tasks: Sequence[Task], slots: Sequence[str | None], train: Cal
                     # a worker was killed (out of memory, a signal): every run in flight failed with it;
                     # their checkpoints stay, so running the sweep again resumes them
                     outcome = {"error": "its worker process died (killed, or out of memory); run the sweep again to resume"}
-                    executor.shutdown(wait=True, cancel_futures=True)
-                    executor = futures.ProcessPoolExecutor(len(slots), mp_context=multiprocessing.get_context("spawn"),
-                                                           max_tasks_per_child=1)
+                    if pool is executor:
+                        executor.shutdown(wait=True, cancel_futures=True)
+                        executor = process_pool(len(slots))
                 yield index, outcome
     except BaseException:  # Ctrl-C: the workers got it too and save their checkpoints; wait for them
         executor.shutdown(wait=True, cancel_futures=True)
         raise
     if own:
         executor.shutdown(wait=True)
+
+
+def process_pool(workers: int) -> futures.ProcessPoolExecutor:
+    """``workers`` processes started with ``spawn`` (safe after CUDA or threads started here),
+    a fresh one for every run where Python allows it (3.11 and later)."""
+    fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
+    return futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), **fresh)
 
 
 def ray_tasks(tasks: Sequence[Task], address: str | None = None, runs_per_gpu: int = 1,
