@@ -396,7 +396,7 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
                   "junctions beat chains of 2-way junctions.", tree_tight),
             Claim(f"Unconstrained (k_cpt {k_cpts[0]:g}) trees overfit: lower test accuracy than the chain.", tree_overfits),
             Claim("Branches specialize: a tree's leaves see purer sources (MNIST or CIFAR) than a chain's.", tree_specializes))),
-        "routing": Figure("routing", "Routing over training (Fig. routing-hists): actor chains on hybrid", (hybrid_static, actor), (
+        "routing": Figure("routing", "Routing over training (Fig. routing-hists): actor chains on hybrid", (actor,), (
             Claim("Dynamically routed networks avoid deep paths at the beginning of training (validation MACs "
                   "grow from the first evaluation to the last).", shallow_early),)),
         "difficulty": Figure("difficulty", "Decision difficulty: CIFAR-2, CIFAR-5, CIFAR-10 (Fig. acc-eff-01)",
