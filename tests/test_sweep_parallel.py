@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from test_cli import cache, tiny_data  # noqa: F401 (fixtures: tiny synthetic data, a scratch cache)
 
 from routing_rl.app import workers
@@ -159,3 +160,15 @@ def test_a_ray_sweep_gives_the_results_of_local_workers(tiny_data, cache, tmp_pa
         ray.shutdown()
     assert results(remote) == results(local)
     assert all((d / "config.json").is_file() for d in remote)
+
+
+@pytest.mark.slow
+def test_the_sweep_benchmark_times_both_modes_on_the_same_runs(real_data_dir, real_cache_dir, monkeypatch):
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(real_cache_dir))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import bench_sweep
+
+    result = bench_sweep.run(torch.device("cpu"), runs=2, iterations=2, rounds=1)
+    assert result["runs"] == 2 and len(result["speedups_by_round"]) == 1
+    assert result["workers1_seconds"] > 0 and result["workers2_seconds"] > 0
+    assert result["workers2_speedup"] == result["workers1_seconds"] / result["workers2_seconds"]
