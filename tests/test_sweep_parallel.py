@@ -41,11 +41,11 @@ def results(run_dirs) -> dict:
 
 
 def test_gpu_slots_give_each_gpu_runs_per_gpu_runs_in_turn():
-    assert workers.gpu_slots(2, visible="4,6", count=2) == ["4", "6", "4", "6"]
-    assert workers.gpu_slots(3, visible="", count=1) == ["0", "0", "0"]
-    assert workers.gpu_slots(1, visible="", count=0) == []
+    assert workers.gpu_slots(2, count=2) == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert workers.gpu_slots(3, count=1) == ["cuda:0"] * 3
+    assert workers.gpu_slots(1, count=0) == []
     with pytest.raises(RunError, match="runs-per-gpu"):
-        workers.gpu_slots(0, visible="", count=1)
+        workers.gpu_slots(0, count=1)
 
 
 def test_local_workers_never_put_more_runs_on_a_gpu_than_its_slots(tiny_data, tmp_path):
@@ -63,11 +63,11 @@ def test_local_workers_never_put_more_runs_on_a_gpu_than_its_slots(tiny_data, tm
             in_flight[gpu] -= 1
         return {"test_accuracy": 0.5, "test_mean_macs": 1.0, "train_seconds": 0.0}
 
-    slots = workers.gpu_slots(2, visible="0,1", count=2)
+    slots = workers.gpu_slots(2, count=2)
     with futures.ThreadPoolExecutor(len(slots)) as pool:
         done = dict(workers.local_workers(list(enumerate(configs)), slots, train=train, executor=pool))
     assert sorted(done) == list(range(len(configs)))
-    assert peak == {"0": 2, "1": 2}
+    assert peak == {"cuda:0": 2, "cuda:1": 2}
     assert {name for name, _, _ in seen} == {c.run_name for c in configs} and {t for _, _, t in seen} == {1}
 
 

@@ -8,8 +8,8 @@ dict: ``test_accuracy``, ``test_mean_macs`` and ``train_seconds`` of a finished 
 * in this process (``workers=0``): one run after another, with this process's threads;
 * local worker processes (``workers=N``): a ``concurrent.futures`` process pool with the
   ``spawn`` context, a fresh process per run, one intra-op thread each. On GPUs the pool has
-  ``runs_per_gpu × #GPUs`` slots and each run's process sees one GPU
-  (``CUDA_VISIBLE_DEVICES``, :func:`gpu_slots`);
+  ``runs_per_gpu × #GPUs`` slots, each holding one GPU that its run trains on
+  (:func:`gpu_slots`);
 * Ray (``ray=True`` or an address): each run a Ray task asking for one CPU, or
   ``1 / runs_per_gpu`` of a GPU, retried up to :data:`RAY_RETRIES` times when its worker
   dies; the retry resumes from the run's checkpoint. The run folders must be on a
@@ -44,18 +44,18 @@ Outcome = dict
 Task = tuple[int, TrainConfig]
 
 
-def train_run(config: TrainConfig, threads: int | None = 1, visible_gpu: str | None = None,
+def train_run(config: TrainConfig, threads: int | None = 1, gpu: str | None = None,
               environ: dict | None = None) -> Outcome:
     """Train ``config``'s run to the end: resumed from its checkpoint when there is one (a
     retried or restarted run), skipped when complete, started fresh otherwise.
 
-    threads: intra-op threads (None: leave as they are); visible_gpu: the one GPU this
-    process may use (set before CUDA starts, so only in a fresh process); environ: variables
-    to set first. Errors come back as ``{"error": one line}``, never raised.
+    threads: intra-op threads (None: leave as they are); gpu: the device the run trains on
+    (``cuda:N``; a machine setting, so a resumed run may change it), None: the config's;
+    environ: variables to set first. Errors come back as ``{"error": one line}``, never raised.
     """
     os.environ.update(environ or {})
-    if visible_gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible_gpu
+    if gpu is not None:
+        config = dataclasses.replace(config, device=gpu)
     if threads is not None:
         torch.set_num_threads(threads)
     run_dir = Path(config.logdir) / config.run_name
@@ -85,20 +85,16 @@ def in_this_process(tasks: Sequence[Task], train: Callable = train_run,
         yield index, train(config, threads=None)
 
 
-def gpu_slots(runs_per_gpu: int, visible: str | None = None, count: int | None = None) -> list[str]:
-    """The GPU each of ``runs_per_gpu × #GPUs`` worker slots gives its run, as a
-    ``CUDA_VISIBLE_DEVICES`` value, GPUs taken in turn so that the first runs spread out.
-
-    visible: this process's ``CUDA_VISIBLE_DEVICES`` (None: read it); count: how many GPUs
-    torch sees (None: ask it). ``gpu_slots(2, "4,6")`` → ``["4", "6", "4", "6"]``.
-    """
+def gpu_slots(runs_per_gpu: int, count: int | None = None) -> list[str]:
+    """The device each of ``runs_per_gpu × #GPUs`` worker slots gives its run, GPUs taken in
+    turn so that the first runs spread out: ``gpu_slots(2, count=2)`` → ``["cuda:0",
+    "cuda:1", "cuda:0", "cuda:1"]``. count: the GPUs torch sees (None: ask it; it honours
+    ``CUDA_VISIBLE_DEVICES``). The device is handed to the run rather than hidden from it
+    through ``CUDA_VISIBLE_DEVICES``, which a worker could read only before CUDA starts."""
     if runs_per_gpu < 1:
         raise RunError(f"--runs-per-gpu must be a positive integer, got {runs_per_gpu}")
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     count = torch.cuda.device_count() if count is None else count
-    names = [name.strip() for name in visible.split(",") if name.strip()] if visible else []
-    gpus = names[:count] if names else [str(i) for i in range(count)]
-    return [gpu for _ in range(runs_per_gpu) for gpu in gpus]
+    return [f"cuda:{gpu}" for _ in range(runs_per_gpu) for gpu in range(count)]
 
 
 def uses_gpus(configs: Sequence[TrainConfig]) -> bool:
@@ -118,7 +114,7 @@ def local_workers(tasks: Sequence[Task], slots: Sequence[str | None], train: Cal
                   executor: futures.Executor | None = None, started: Callable[[int], None] = lambda index: None,
                   ) -> Iterator[tuple[int, Outcome]]:
     """The runs on ``len(slots)`` worker processes, one intra-op thread each; a run is handed
-    a slot when one is free, and the slot's GPU (None: the CPU) is the only one it sees.
+    a slot when one is free, and trains on the slot's GPU (None: on its config's device).
 
     executor: where the runs go (default: :func:`process_pool`); ``started(index)``
     is called as each run is handed to a worker.
