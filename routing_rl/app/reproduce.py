@@ -36,7 +36,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from routing_rl.app.figures import write_figures
+from routing_rl.app.figures import check_out_folder, write_figures
 from routing_rl.app.plots import accuracy_macs_figure
 from routing_rl.app.runs import METRICS_FILE, RunError, has_checkpoint
 from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, backend, exit_status,
@@ -640,6 +640,8 @@ def _reproduce(args, prog: str) -> int:
         raise RunError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESET_VALUES)}")
     if 1 not in args.widths:
         raise RunError("--widths must include 1, the capacity figure's baseline")
+    check_out_folder(Path(args.figures_dir), "--figures-dir")  # before hours of training, not after
+    check_out_folder(Path(args.report).parent, "--report's folder")
     catalogue = figures(sorted(args.k_cpts), sorted(args.widths))
     chosen = [catalogue[n] for n in (catalogue if "all" in args.figure else dict.fromkeys(args.figure))]
     logdir = Path(args.logdir)
