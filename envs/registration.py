@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-ENV_KEYWORDS = ("split", "arch", "width", "k_cpt", "error_cost", "clip_actions", "train", "joint", "net", "device",
-                "seed", "share")
+ENV_KEYWORDS = ("split", "arch", "width", "k_cpt", "error_cost", "max_error_cost", "clip_actions", "train", "joint",
+                "net", "device", "seed", "share")
 """Keywords every routing env takes itself; any other keyword goes to the task's constructor."""
 
 ENTRY_POINT = "routing_rl.envs.routing_env:RoutingEnv"
@@ -39,11 +39,26 @@ class NetShare:
     vectorization_mode="sync")`` copies them once for all its sub-envs, which therefore route
     and train one net. (Sub-envs in ``"async"`` mode live in separate processes: each builds
     its own net, from the same seed.)
+
+    ``gym.make(id, share="name")`` instead joins the process-wide share of that name
+    (:meth:`named`): every env made with it, by any maker, routes and trains one net — as
+    config-driven tools need, whose training and evaluation envs are made apart from plain
+    keywords (the RL Zoo's ``env_kwargs``; ``docs/rl-benchmark.md``).
     """
+
+    _named: dict[str, NetShare] = {}
 
     def __init__(self):
         self.net = None
         self.trainer = None
+
+    @classmethod
+    def named(cls, name: str) -> NetShare:
+        """The process-wide share called ``name`` (made empty on first use; it keeps its net for
+        the life of the process)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"share must be a non-empty name, got {name!r}")
+        return cls._named.setdefault(name, cls())
 
     def __deepcopy__(self, memo) -> NetShare:
         return NetShare()
