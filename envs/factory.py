@@ -27,7 +27,8 @@ joint: the joint training options (:class:`~routing_rl.envs.joint.JointTraining`
     of its fields, as config files such as the RL Zoo's give them).
 share: set by registration (:class:`~routing_rl.envs.registration.NetShare`): the sub-envs
     of one ``gym.make_vec(..., vectorization_mode="sync")`` share one net and its trainer;
-    a name (``share="zoo"``): every env of the process made with that name shares one.
+    a name (``share="zoo"``): evaluation envs (``train=False``) of that name route the net
+    of the latest training env of that name (see ``NetShare``).
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def make_traffic(
         raise ValueError("the split has no examples to route")
     if isinstance(share, str):
         share = NetShare.named(share)
+        if train and net is None:
+            share.claim()
     trainer = None
     if net is None and share is not None and share.net is not None:
         net, trainer = share.net, share.trainer
@@ -104,7 +107,7 @@ def make_traffic(
     layout.clip_actions = bool(clip_actions)
     if trainer is None:
         trainer = FeatureTrainer(net, joint or JointTraining())
-    if share is not None and share.net is None:
+    if share is not None and (share.net is None or share.trainer is None):
         share.net, share.trainer = net, trainer
     return Traffic(task, net, split, n, layout, k_cpt, error_cost, trainer, training=bool(train), cost=cost,
                    max_error_cost=None if max_error_cost is None else float(max_error_cost))

@@ -73,16 +73,19 @@ def run_policy(env: gym.Env, policy: Policy, episodes: int, seed: int) -> dict:
     return {"mean_reward": float(np.mean(returns)), "accuracy": float(np.mean(correct)), "macs": float(np.mean(macs))}
 
 
-def constant_policies() -> dict[str, Policy]:
-    """"Always exit 1" and "always the deepest exit" (the last valid sink at every junction)."""
-    return {
-        "exit1": lambda observation, env: 0,
-        "deepest": lambda observation, env: int(np.flatnonzero(env.unwrapped.action_masks())[-1]),
-    }
+def constant_policies(every_exit: bool = False) -> dict[str, Policy]:
+    """"Always exit 1" and "always the deepest exit" (the last valid sink at every junction);
+    with ``every_exit``, on the chain, also "always exit k" for the exits between."""
+    policies = {"exit1": lambda observation, env: 0}
+    if every_exit:
+        for k in range(2, 8):  # the chain's junction col<k> has sinks (exit<k>, col<k+1>)
+            policies[f"exit{k}"] = lambda observation, env, at=f"col{k}": int(at not in env.unwrapped.traffic.waiting)
+    policies["deepest"] = lambda observation, env: int(np.flatnonzero(env.unwrapped.action_masks())[-1])
+    return policies
 
 
 def benchmark(algo: str, env_id: str, seed: int, episodes: int, n_timesteps: int | None = None,
-              folder: Path = HYPERPARAMS) -> dict:
+              folder: Path = HYPERPARAMS, every_exit: bool = False) -> dict:
     """Train ``algo`` on ``gym.make(env_id)`` with its Zoo hyperparameters, then judge it and
     the constant policies on the frozen net: one record."""
     entry = hyperparams(algo, env_id, folder)
@@ -97,7 +100,7 @@ def benchmark(algo: str, env_id: str, seed: int, episodes: int, n_timesteps: int
     frozen = {key: value for key, value in env_kwargs.items() if key not in ("joint", "share")}
     test = gym.make(env_id, split="test", train=False, net=env.unwrapped.net, **frozen)
     policies = {"agent": lambda observation, env: int(model.predict(observation, deterministic=True)[0]),
-                **constant_policies()}
+                **constant_policies(every_exit)}
     results = {name: run_policy(test, policy, episodes, seed + 1000) for name, policy in policies.items()}
     return {"algo": algo, "env_id": env_id, "seed": seed, "n_timesteps": budget, "episodes": episodes,
             "feature_updates": env.unwrapped.trainer.updates, "train_seconds": round(trained, 1),
@@ -111,10 +114,12 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--episodes", type=int, default=2000, help="test episodes per policy")
     parser.add_argument("--n-timesteps", type=int, help="override the yml's budget")
+    parser.add_argument("--every-exit", action="store_true", help="also judge 'always exit k' for every k (chain)")
     args = parser.parse_args()
     for algo in args.algos:
         for seed in args.seeds:
-            print(json.dumps(benchmark(algo, args.env, seed, args.episodes, args.n_timesteps)), flush=True)
+            print(json.dumps(benchmark(algo, args.env, seed, args.episodes, args.n_timesteps,
+                                       every_exit=args.every_exit)), flush=True)
 
 
 if __name__ == "__main__":

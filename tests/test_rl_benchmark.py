@@ -90,15 +90,24 @@ def test_joint_options_from_a_dict_are_checked(dataset):
     assert "\n" not in str(error.value)
 
 
-def test_envs_made_with_one_share_name_route_and_train_one_net(dataset):
+def test_a_share_name_gives_evaluation_envs_the_latest_training_envs_net(dataset):
+    def make(name, **kwargs):
+        return gym.make("routing_rl/HybridRouting-v0", dataset=dataset, share=name, **kwargs).unwrapped
+
     name = "test_rl_benchmark-share"
-    first = gym.make("routing_rl/HybridRouting-v0", dataset=dataset, share=name)
-    second = gym.make("routing_rl/HybridRouting-v0", dataset=dataset, share=name, train=False)
-    alone = gym.make("routing_rl/HybridRouting-v0", dataset=dataset)
-    assert second.unwrapped.net is first.unwrapped.net and second.unwrapped.trainer is first.unwrapped.trainer
-    assert alone.unwrapped.net is not first.unwrapped.net
-    assert NetShare.named(name).net is first.unwrapped.net
-    NetShare._named.pop(name)  # release the net held for the process
+    training = make(name, joint={"batch_size": 4})
+    evaluation = make(name, train=False)
+    assert evaluation.net is training.net and evaluation.trainer is training.trainer
+    assert gym.make("routing_rl/HybridRouting-v0", dataset=dataset).unwrapped.net is not training.net
+    rerun = make(name)  # a new training env: a new run, a new net
+    assert rerun.net is not training.net and make(name, train=False).net is rerun.net
+    # the Zoo makes its evaluation env first: the training env takes its net, with its own trainer
+    first = make(name + "-eval-first", train=False)
+    taken = make(name + "-eval-first", joint={"batch_size": 4})
+    assert taken.net is first.net and taken.trainer.options.batch_size == 4
+    assert NetShare.named(name + "-eval-first").trainer is taken.trainer
+    for key in (name, name + "-eval-first"):
+        NetShare._named.pop(key)  # release the nets held for the process
 
 
 @pytest.mark.parametrize("path", ZOO_FILES, ids=[p.stem for p in ZOO_FILES])
@@ -114,8 +123,8 @@ def test_the_zoo_hyperparameters_build_their_algorithm_on_every_listed_env(datas
         assert env_id in gym.registry
         entry = rl_benchmark.hyperparams(algo, env_id)
         env_kwargs = entry.get("env_kwargs", {})
-        assert set(env_kwargs) <= set(ENV_KEYWORDS) - {"share"}, "a share name would outlive the zoo's run"
-        env = gym.make(env_id, dataset=dataset, **env_kwargs)
+        assert set(env_kwargs) <= set(ENV_KEYWORDS)
+        env = gym.make(env_id, dataset=dataset, **{**env_kwargs, "share": None})
         kwargs = {key: value for key, value in entry.items() if key not in rl_benchmark.ZOO_ONLY}
         model = rl_benchmark.algorithm(algo)(entry["policy"], env, **kwargs)
         assert model.gamma == entry["gamma"] == 1.0, "the undiscounted return is the paper's -c_inf"
