@@ -40,6 +40,7 @@ frame's. Such an episode's rewards sum to ``-Σ_frames (k_cpt × path cost + c_e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -50,6 +51,9 @@ from routing_rl.core.costs import error_cost
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet, State, take
 from routing_rl.core.k_cpt import CostModel, KCpt, c_cpt, router_input
+
+if TYPE_CHECKING:
+    from routing_rl.envs.task import RoutingTask
 
 
 @dataclass
@@ -397,10 +401,16 @@ class Traffic:
 
 
 class TrafficControls:
-    """What every routing env exposes of its :class:`Traffic`: the net, its feature trainer,
-    and the ``nn.Module``-like switch of joint training (``train()`` / ``eval()``)."""
+    """What every routing env exposes of its :class:`Traffic`: the task, the net, its feature
+    trainer, and the ``nn.Module``-like switch of joint training (``train()`` / ``eval()``)."""
 
     traffic: Traffic
+
+    @property
+    def task(self) -> RoutingTask:
+        """The :class:`~routing_rl.envs.task.RoutingTask` the env routes (its dataset, classes,
+        sources, memory); ``gym.make``'s wrappers hide it: ``env.unwrapped.task``."""
+        return self.traffic.task
 
     @property
     def net(self) -> RoutedNet:

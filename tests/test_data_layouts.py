@@ -437,7 +437,7 @@ def small_dataset() -> RoutingDataset:
     images = torch.rand(200, 3, 32, 32)
     images[:, 0, 0, 0] = torch.arange(200)  # an id per example
     split = Split(images, labels, torch.zeros(200, dtype=torch.long))
-    return RoutingDataset("t", tuple("abcdefghij"), split, split, {})
+    return RoutingDataset("t", tuple("abcdefghij"), split, split, {}, SOURCES)
 
 
 def test_validation_split_is_stratified_and_deterministic():

@@ -174,10 +174,12 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     from routing_rl.app.runs import RunError, train
     from routing_rl.app.summary import summary_text
     from routing_rl.core.memory import retain_freed_memory
+    from routing_rl.training.monitor import progress_seconds
 
     retain_freed_memory()
 
     try:
+        progress_seconds()  # refused now, not after the run folder is written
         config = None if args.resume else config_from_args(args)
     except ValueError as error:
         parser.exit(2, f"{prog}: error: {error}\n")

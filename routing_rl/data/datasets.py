@@ -243,4 +243,4 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
         "source_counts": {s: dict(zip(SOURCES, _counts(x.source, len(SOURCES)))) for s, x in splits},
         "format_version": cache.FORMAT_VERSION,
     }
-    return RoutingDataset(name, classes, train, test, description)
+    return RoutingDataset(name, classes, train, test, description, SOURCES)
