@@ -53,8 +53,8 @@ class RoutingEnv(TrafficControls, gym.Env):
 
     ## Arguments
     ``gym.make(id, task=..., split="train", arch=None, width=1, seed=0, k_cpt=4e-9,
-    error_cost="cross_entropy", max_error_cost=None, clip_actions=False, train=True, joint=None, net=None,
-    device="cpu", **task_keywords)`` — see :mod:`~routing_rl.envs.factory`. ``seed`` fixes the
+    error_cost="cross_entropy", max_error_cost=None, clip_actions=False, train=True,
+    joint=None, net=None, device="cpu", **task_keywords)`` — see :mod:`~routing_rl.envs.factory`. ``seed`` fixes the
     net's initial weights; ``reset(seed=...)`` the episodes. With ``train=True`` (default)
     the env also trains the net's transforms and heads on the paths chosen
     (:mod:`~routing_rl.envs.joint`); ``env.unwrapped.eval()`` freezes it.
