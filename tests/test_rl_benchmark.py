@@ -2,7 +2,6 @@
 off, named net shares, the RL Zoo hyperparameters in hyperparams/, and (slow) off-the-shelf
 DQN and PPO beating both constant policies on real data."""
 
-import os
 import sys
 from pathlib import Path
 
@@ -135,9 +134,8 @@ SMALL_BUDGET = 8_000
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("ROUTING_RL_DATA_DIR"), reason="needs real data ($ROUTING_RL_DATA_DIR)")
 @pytest.mark.parametrize("algo", ["dqn", "ppo"])
-def test_off_the_shelf_agents_do_not_collapse_to_the_deepest_exit(algo):
+def test_off_the_shelf_agents_do_not_collapse_to_the_deepest_exit(algo, real_data_dir):
     """Issue 24: with SB3's defaults DQN learned "always go deepest", worse than random. With
     the shipped hyperparameters, on the frozen net its training left and the same test
     episodes, the agent must beat "always the deepest exit"; beating "always exit 1" too is
