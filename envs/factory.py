@@ -25,6 +25,10 @@ train: joint training of the feature network on the agent's paths (see
     :mod:`~routing_rl.envs.joint`); off: frozen net, no augmentation, deterministic.
 joint: the joint training options (:class:`~routing_rl.envs.joint.JointTraining`, or a dict
     of its fields, as config files such as the RL Zoo's give them).
+device: where a built net and the examples in flight live: ``cpu``, ``cuda``, ``cuda:N`` or
+    ``auto``; a device this machine lacks is refused (ValueError) before anything is built.
+render_mode: the envs render nothing (``metadata["render_modes"]`` is empty): any mode but
+    None raises Gymnasium's :class:`~gymnasium.error.UnsupportedMode`.
 share: set by registration (:class:`~routing_rl.envs.registration.NetShare`): the sub-envs
     of one ``gym.make_vec(..., vectorization_mode="sync")`` share one net and its trainer;
     a name (``share="zoo"``): evaluation envs (``train=False``) of that name route the net
@@ -36,12 +40,14 @@ from __future__ import annotations
 from dataclasses import fields
 
 import torch
+from gymnasium.error import UnsupportedMode
 from routing_rl.envs.joint import FeatureTrainer, JointTraining
 from routing_rl.envs.registration import IMAGE_TASK, NetShare
 from routing_rl.envs.task import RoutingTask, TaskFactory, make_task
 from routing_rl.envs.traffic import Traffic
 
 from routing_rl.core.costs import ERROR_COSTS
+from routing_rl.core.devices import resolve_device
 from routing_rl.core.k_cpt import CostModel, check_k_cpt
 from routing_rl.core.graph import RoutedNet
 from routing_rl.data import Split
@@ -64,8 +70,13 @@ def make_traffic(
     cost: CostModel | None = None,
     seed: int = 0,
     share: NetShare | str | None = None,
+    render_mode: str | None = None,
     **task_kwargs,
 ) -> Traffic:
+    if render_mode is not None:
+        raise UnsupportedMode(f"render_mode={render_mode!r}: the routing envs render nothing (their "
+                              "metadata['render_modes'] is empty); leave render_mode out, and draw routing with "
+                              "routing_rl.app.plots or TensorBoard's figures/node_link")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"the number of examples in flight must be a positive integer, got {n!r}")
     k_cpt = check_k_cpt(k_cpt)
@@ -80,6 +91,12 @@ def make_traffic(
             raise ValueError(f"unknown joint-training option(s) {', '.join(unknown)}; "
                              f"choose among {', '.join(f.name for f in fields(JointTraining))}")
         joint = JointTraining(**joint)
+    if isinstance(share, str):
+        share = NetShare.named(share)
+        if train and net is None:
+            share.claim()
+    if net is None and (share is None or share.net is None):
+        device = resolve_device(device)
     if task is None:
         if "dataset" not in task_kwargs:
             raise ValueError("no task to route: give task= (a RoutingTask, its class or 'module:name'), "
@@ -92,10 +109,6 @@ def make_traffic(
         split = getattr(task.dataset(), split)
     if len(split) == 0:
         raise ValueError("the split has no examples to route")
-    if isinstance(share, str):
-        share = NetShare.named(share)
-        if train and net is None:
-            share.claim()
     trainer = None
     if net is None and share is not None and share.net is not None:
         net, trainer = share.net, share.trainer

@@ -137,7 +137,7 @@ def test_actions_past_the_last_sink_raise_unless_clipped(vectors):
         with pytest.raises(ValueError, match="integer action in 0..2"):
             env.step(bad)
     env.step(0)
-    with pytest.raises(RuntimeError, match="call reset"):
+    with pytest.raises(gym.error.ResetNeeded, match="call reset"):
         env.step(0)
 
 

@@ -154,6 +154,8 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory of the same name")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     parser.add_argument("--json", action="store_true", help="at the end, print the final metrics as JSON instead of the summary")
+    parser.add_argument("--verbose", action="store_true", help="when no data is found, also list every place looked at "
+                        "and the accepted layouts")
     return parser
 
 
@@ -191,7 +193,8 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     try:
         metrics = train(resume=args.resume, overrides=given) if args.resume else train(config, overwrite=args.overwrite)
     except (RunError, DataNotFoundError) as error:
-        parser.exit(2, f"{prog}: error: {error}\n")
+        details = getattr(error, "details", "") if args.verbose else ""
+        parser.exit(2, f"{prog}: error: {error}\n" + (f"{details}\n" if details else ""))
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted; the last checkpoint is saved, continue with --resume", file=sys.stderr)
         return 130
