@@ -21,17 +21,8 @@ from pathlib import Path
 
 from routing_rl.app.figures import check_out_folder, write_figures
 from routing_rl.app.sweep import (LR_CANDIDATES, add_backend_arguments, backend, exit_status, run_sweep,
-                                  select_static_lr, sweep_configs)
+                                  select_static_lr, static_lr_flag, sweep_configs)
 from routing_rl.core.memory import retain_freed_memory
-
-
-def static_lr_flag(text: str) -> float | str:
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
 def main() -> int:

@@ -13,6 +13,7 @@ a killed process, a lost node) finishes by running it again.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import sys
@@ -28,6 +29,16 @@ LR_CANDIDATES = (0.1, 0.05, 0.02, 0.01)
 IGNORED_IN_COMPARISON = (*RESUME_OVERRIDES, "logdir")
 """Fields that may differ between a saved run and the requested one: the machine's, and
 the logdir's spelling (the run folder is the same)."""
+
+
+def static_lr_flag(text: str) -> float | str:
+    """``--static-lr``: a learning rate, or ``auto`` to choose it with :func:`select_static_lr`."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
 def run_name(config: TrainConfig) -> str:

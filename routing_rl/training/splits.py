@@ -20,8 +20,9 @@ def limit(split: Split, examples: int | None) -> Split:
 
 def training_splits(config: TrainConfig, dataset: RoutingDataset) -> tuple[Split, Split, Split]:
     """(train part, validation part, test) of ``dataset`` as the config asks: the validation
-    part held out of the training split, validation and test shuffled (seeded) and capped."""
-    train_part, validation = dataset.validation_split(config.validation_fraction, config.seed)
+    part held out of the training split (in the test split's composition by source and class,
+    or the training split's: ``config.validation_mix``), validation and test shuffled (seeded) and capped."""
+    train_part, validation = dataset.validation_split(config.validation_fraction, config.seed, config.validation_mix)
     if not len(validation) or not len(train_part):
         raise RunError(
             f"a validation fraction of {config.validation_fraction} leaves {len(train_part)} training and "
