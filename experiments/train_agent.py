@@ -13,8 +13,10 @@ Ctrl-C or SIGTERM at any moment, the imports included, ends it with one line (ex
 import signal
 import sys
 
+received = []
 
-def interrupted_while_starting(signum=signal.SIGINT, frame=None):
+
+def interrupted_while_starting(signum: int) -> None:
     """Ctrl-C or SIGTERM before the command line handles signals: nothing has started yet."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -24,12 +26,17 @@ def interrupted_while_starting(signum=signal.SIGINT, frame=None):
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, interrupted_while_starting)
-    try:
-        from torch.distributed.elastic.multiprocessing.errors import record
+    # a KeyboardInterrupt inside a library's import can leave it half imported (numpy without
+    # its functions): signals are only noted until the imports are done
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda signum, frame: received.append(signum))
+    from torch.distributed.elastic.multiprocessing.errors import record
 
-        from routing_rl.app.cli import main
-    except KeyboardInterrupt:
-        interrupted_while_starting()
+    from routing_rl.app.cli import main
+
+    if received:
+        interrupted_while_starting(received[0])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda signum, frame: interrupted_while_starting(signum))
     # under torchrun, a process's uncaught error reaches the launcher's failure summary
     sys.exit(record(main)(prog="train_agent.py", leaving=True))

@@ -129,6 +129,20 @@ def test_real_sigterm_then_sigint_while_checkpointing_is_one_line_and_a_whole_ch
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handlers are given back"
 
 
+def test_a_signal_that_c_code_turns_into_another_error_is_still_one_line(tiny_data, tmp_path, capsys, monkeypatch):
+    def interrupted_in_c():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:  # the handler's Interrupted, as an extension re-raises it
+            raise SystemError("<built-in function decode> returned a result with an exception set") from None
+        raise AssertionError("the signal was not handled")
+
+    monkeypatch.setattr("routing_rl.core.memory.retain_freed_memory", interrupted_in_c)
+    assert main(args(tiny_data, tmp_path, "run", "actor")) == 130
+    assert one_line(capsys.readouterr().err) == ("train_agent.py: interrupted (SIGINT); every checkpoint written is kept: "
+                                                 "continue a started run with --resume")
+
+
 def test_ctrl_c_anywhere_else_is_one_line(tiny_data, tmp_path, capsys, monkeypatch):
     def interrupted():
         raise KeyboardInterrupt

@@ -25,7 +25,7 @@ from routing_rl.training.config import (
     make_config,
 )
 from routing_rl.data import DATASETS, DataNotFoundError
-from routing_rl.training.interrupt import Interrupted, handling_signals
+from routing_rl.training.interrupt import Interrupted, handling_signals, stop_requested
 
 HELP = {
     "agent": "learner: " + ", ".join(AGENTS) + " (critic: pragmatic-critic)",
@@ -185,6 +185,12 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py", leaving: b
         except KeyboardInterrupt as stop:  # Interrupted, or a Ctrl-C no handler turned into one
             print(f"\n{prog}: {interruption(stop)}", file=sys.stderr)
             return stop.exit_code if isinstance(stop, Interrupted) else 130
+        except Exception:  # a signal's Interrupted raised inside C code comes back as another error
+            if not stop_requested():
+                raise
+            stop = Interrupted(stop_requested())
+            print(f"\n{prog}: {interruption(stop)}", file=sys.stderr)
+            return stop.exit_code
 
 
 def interruption(stop: KeyboardInterrupt) -> str:
