@@ -427,7 +427,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     """
     env_id = config.env if isinstance(task, RoutingTask) else None  # a dataset in memory has no id to rebuild from
     task = task if isinstance(task, RoutingTask) else ImageTask(task)
-    config.validate(task.archs)
+    config.validate(task.all_archs(), task.static_archs())
     if config.agent not in SB3_AGENTS:
         raise ValueError(f"train_sb3 trains {', '.join(SB3_AGENTS)}, not {config.agent!r}")
     run_dir = Path(run_dir)

@@ -31,7 +31,9 @@ Terminates after the clip's last frame reached a leaf; never truncates.
 
 ## Arguments
 ``frames`` (16), ``train_clips`` (5000: about 1 GB of frames), ``test_clips`` (500), ``clip_seed`` (0),
-``images`` (``hybrid``), ``data_dir``, ``download``, and every routing env keyword (``k_cpt``, ``train``, ...).
+``images`` (``hybrid``), ``data_dir``, ``download``, ``train_examples`` and ``eval_examples`` (caps on
+the clips made: a training run passes its ``--train-examples`` and ``--eval-examples``, so
+``--preset smoke`` makes a few hundred clips), and every routing env keyword (``k_cpt``, ``train``, ...).
 """
 
 from __future__ import annotations
@@ -62,18 +64,24 @@ class VideoTask(RoutingTask):
             ``data_dir`` on first use, or a :class:`~routing_rl.data.RoutingDataset` of
             32×32 images with train and test splits.
         data_dir, download: where the named dataset's files are.
+        train_examples, eval_examples: at most this many training and test clips are made
+            (None: ``train_clips`` and ``test_clips``); a run passes its caps.
     """
 
     archs = ("video",)
 
     def __init__(self, frames: int = 16, train_clips: int = 5000, test_clips: int = 500, clip_seed: int = 0,
-                 images: str | RoutingDataset = "hybrid", data_dir: str | Path | None = None, download: bool = True):
+                 images: str | RoutingDataset = "hybrid", data_dir: str | Path | None = None, download: bool = True,
+                 train_examples: int | None = None, eval_examples: int | None = None):
         if not isinstance(images, (str, RoutingDataset)):
             raise TypeError(f"images must be a dataset name or a RoutingDataset, got {type(images).__name__}")
         self.config = ClipConfig(frames=frames)
-        for name, value in (("train_clips", train_clips), ("test_clips", test_clips)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        for name, value in (("train_clips", train_clips), ("test_clips", test_clips), ("train_examples", train_examples),
+                            ("eval_examples", eval_examples)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        train_clips = min(train_clips, train_examples or train_clips)
+        test_clips = min(test_clips, eval_examples or test_clips)
         self.train_clips, self.test_clips, self.clip_seed = train_clips, test_clips, clip_seed
         self.images, self.data_dir, self.download = images, data_dir, download
         self.clips: dict[str, Clips] = {}

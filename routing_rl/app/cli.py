@@ -162,10 +162,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     preset = values.pop("preset") or DEFAULT_PRESET
     from routing_rl.app.runs import task_for
 
-    task = task_for(values)
+    task = task_for({**PRESET_VALUES[preset], **{k: v for k, v in values.items() if v is not None}})
     if values.get("arch") is None:
         values["arch"] = task.default_arch(values.get("agent") or TrainConfig.agent)
-    return make_config(preset, archs=task.archs, **values)
+    return make_config(preset, archs=task.all_archs(), static_archs=task.static_archs(), **values)
 
 
 def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:

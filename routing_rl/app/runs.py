@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -89,15 +90,24 @@ def join_processes(config: TrainConfig, device: torch.device) -> tuple[Distribut
 def task_for(config: TrainConfig | dict) -> RoutingTask:
     """The routing task of ``config.env`` (a registered id, or ``"module:id"`` of one your
     package registers), on ``config.dataset`` when given; its data is loaded on first use.
-    ``config`` may also be the fields given so far (a dict; the others take their defaults)."""
+    ``config`` may also be the fields given so far (a dict; the others take their defaults).
+
+    Besides ``data_dir`` and ``download``, a task whose constructor takes them is given the
+    run's caps: ``train_examples``, the most examples of its training split the run uses
+    (``--train-examples`` plus the validation share held out of it), and ``eval_examples``
+    (``--eval-examples``), so that a task that generates its data makes no more."""
     if isinstance(config, dict):
         defaults = TrainConfig()
         config = TrainConfig(**{name: config[name] if config.get(name) is not None else getattr(defaults, name)
-                                for name in ("env", "dataset", "data_dir", "download")})
+                                for name in ("env", "dataset", "data_dir", "download", "train_examples",
+                                             "eval_examples", "validation_fraction")})
     dataset = {"dataset": config.dataset} if config.dataset is not None else {}
+    train_examples = (None if config.train_examples is None
+                      else math.ceil(config.train_examples / (1 - config.validation_fraction)))
+    optional = {"data_dir": config.data_dir, "download": config.download, "train_examples": train_examples,
+                "eval_examples": config.eval_examples}
     try:
-        task, _ = task_from_env(config.env, optional={"data_dir": config.data_dir, "download": config.download},
-                                **dataset)
+        task, _ = task_from_env(config.env, optional=optional, **dataset)
     except (ValueError, TypeError) as error:
         raise RunError(str(error)) from None
     return task
@@ -107,7 +117,7 @@ def check_config(config: TrainConfig, task: RoutingTask) -> TrainConfig:
     """``config`` validated against ``task`` (its archs; the task's default arch when none is given)."""
     if config.arch is None:
         config.arch = task.default_arch(config.agent)
-    return config.validate(task.archs)
+    return config.validate(task.all_archs(), task.static_archs())
 
 
 def run_directory(config: TrainConfig) -> Path:
@@ -276,9 +286,15 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
     try:
         dataset, train_part, validation, test = prepare_data(config, task)
         on_device = train_part.images.nbytes if device.type != "cpu" else 0  # the trainer moves the split there
-        check_fits(config, lambda width: task.build_net(config.arch, width, config.dynamic_k_cpt), device, on_device)
+        check_fits(config, lambda width: task.make_net(config.arch, width, config.dynamic_k_cpt), device, on_device)
     except (ValueError, MemoryError) as error:  # unknown dataset names, partial copies, too large: the user's to fix
         raise RunError(str(error)) from None
+    from routing_rl.agents.registry import check_agent
+
+    try:
+        check_agent(config, task, task.examples(validation))
+    except ValueError as error:  # what would fail after training fails now, before the run folder exists
+        raise RunError(f"agent {config.agent} cannot train --arch {config.arch} of {config.env}: {error}") from None
     if distributed is None or distributed.is_main:
         if resume is None:
             create_run_directory(run_dir, config)
