@@ -30,7 +30,9 @@ HELP = {
     "policy": "training routing policy: " + ", ".join(POLICIES) + " (default: the agent's own)",
     "env": "routing task id: a routing_rl/ id, or PKG.MODULE:TaskId-v0 for a task your package registers (docs/plugins.md)",
     "dataset": "the paper's dataset name (mnist, cifar10, cifar2, cifar5, hybrid) for its image envs; default: the env's",
-    "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent; a plug-in task names its own",
+    "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent; a plug-in task names its own, and "
+            "static-LEAF for the static agent (default: the task's: chain, static-8 for the static agent; a plug-in's "
+            "first arch, its deepest static-LEAF for the static agent)",
     "width": "channel multiplier of every column",
     "k_cpt": "cost per MAC, e.g. 4e-9, or 'dynamic' (sampled per example, routers read it)",
     "cost": "what k_cpt is charged per: macs, or latency (each node timed on this device, in MAC-equivalents)",

@@ -313,7 +313,8 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
             from routing_rl.agents.sb3 import train_sb3
 
             started = time.perf_counter()
-            result = train_sb3(config, task, run_dir, device, resume=resume is not None, cost=cost)
+            result = train_sb3(config, task, run_dir, device, resume=resume is not None, cost=cost,
+                               figures=node_link_figures(summary(build_net(config, task, "cpu"))))
             net, evaluations = result.net, result.evaluations(task.examples(test))
             history, wall = result.history, time.perf_counter() - started
         else:
@@ -351,9 +352,17 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
     return metrics
 
 
+def node_link_figures(structure: dict):
+    """Validation entry -> ``{"figures/node_link": figure}``: where the entry's first
+    evaluation left the net of ``structure`` (:func:`~routing_rl.app.describe.summary`)."""
+    from routing_rl.app.plots import node_link_figure
+
+    return lambda entry: {"figures/node_link": node_link_figure(
+        [(f"iteration {entry['iteration']}", structure, entry["evaluations"][0])])}
+
+
 def _train_learner(config, task, train_part, validation, test, run_dir, device, resume, cost, distributed=None):
     from routing_rl.agents.registry import make_learner
-    from routing_rl.app.plots import node_link_figure
     from routing_rl.app.trainer import fit
 
     learner = make_learner(config, task, device, cost)
@@ -364,11 +373,11 @@ def _train_learner(config, task, train_part, validation, test, run_dir, device, 
     checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device) if resume else None
     start = checkpoint["training_state"]["iteration"] if checkpoint else 0
     monitor = Monitor(run_dir, total=config.iterations, initial=start, description=f"{config.agent} {config.arch}") if writes else None
-    structure = summary(learner.net)
+    figures = node_link_figures(summary(learner.net))
 
     def draw(entry: dict) -> None:
-        figure = node_link_figure([(f"iteration {entry['iteration']}", structure, entry["evaluations"][0])])
-        monitor.figure("figures/node_link", figure, entry["iteration"])
+        for tag, figure in figures(entry).items():
+            monitor.figure(tag, figure, entry["iteration"])
 
     try:
         state = fit(
