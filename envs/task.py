@@ -130,13 +130,15 @@ class RoutingTask(ABC):
         (in ``net.leaves`` order) whose path holds trainable weights — the nodes from the root
         to that leaf with their junctions' routers removed
         (:func:`~routing_rl.core.graph.path_net`), so each is exactly what the routed net
-        computes for an example sent to that leaf. A task that builds its own static nets
-        returns their names (they must be in :attr:`archs`)."""
+        computes for an example sent to that leaf — and every net of :attr:`archs` that has
+        no junction. Override to name only your own (they must be in :attr:`archs`)."""
         if "_static_archs" not in self.__dict__:
-            net = seeded_net(lambda: self.build_net(self.archs[0], 1, False), 0)
-            trained = [leaf for leaf in net.leaves
-                       if any(p.requires_grad for name in net.nodes_to(leaf) for p in net.nodes[name].transform.parameters())]
-            self.__dict__["_static_archs"] = tuple(f"static-{leaf}" for leaf in trained)
+            nets = {arch: seeded_net(lambda: self.build_net(arch, 1, False), 0) for arch in self.archs}
+            own = [arch for arch, net in nets.items() if not net.junctions]
+            routed = nets[self.archs[0]]
+            trained = [leaf for leaf in routed.leaves if any(
+                p.requires_grad for name in routed.nodes_to(leaf) for p in routed.nodes[name].transform.parameters())]
+            self.__dict__["_static_archs"] = (*own, *(f"static-{leaf}" for leaf in trained if routed.junctions))
         return self.__dict__["_static_archs"]
 
     def all_archs(self) -> tuple[str, ...]:

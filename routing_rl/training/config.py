@@ -195,7 +195,8 @@ class TrainConfig:
 
         ``archs``: every net the env's task builds (default: the paper's multiscale nets);
         ``static_archs``: those of them without junctions, which the static agent and only
-        it trains (default: those named ``static-...``).
+        it trains (default: the paper's ``static-N``; for a task's archs, unchecked here: its
+        learner refuses a net it cannot train).
         """
         if not isinstance(self.sb3_kwargs, dict):
             raise ValueError(f"sb3_kwargs must be a JSON object of SB3 keyword arguments, got {self.sb3_kwargs!r}")
@@ -212,18 +213,19 @@ class TrainConfig:
         archs = arch_names() if archs is None else list(archs)
         static = [a for a in archs if a.startswith("static-")] if static_archs is None else list(static_archs)
         routed = [a for a in archs if a not in static]
+        known_static = paper or static_archs is not None  # otherwise the learner checks the net it is given
         if self.arch is None:
             if not paper:
                 raise ValueError("no arch given; choose one of the task's: " + ", ".join(archs))
             self.arch = "static-8" if self.agent == "static" else "chain"
         if self.arch not in archs:
             raise ValueError(f"unknown arch {self.arch!r}; choose one of {', '.join(archs)}")
-        if self.agent == "static" and self.arch not in static:
+        if known_static and self.agent == "static" and self.arch not in static:
             if not static:
                 raise ValueError("the static agent trains nets without junctions, and this task has none; pick another agent")
             raise ValueError(f"the static agent trains nets without junctions, got --arch {self.arch}; "
                              f"use one of {', '.join(static)}")
-        if self.agent != "static" and self.arch in static:
+        if known_static and self.agent != "static" and self.arch in static:
             raise ValueError(f"agent {self.agent!r} needs junctions to route at, got --arch {self.arch}; "
                              f"use {' or '.join(routed)}, or --agent static")
         if self.arch in arch_names() and self.agent == "threshold" and self.arch != "chain":
