@@ -87,6 +87,11 @@ class RoutingDataset:
     def validation_split(self, fraction: float = 0.1, seed: int = 0) -> tuple[Split, Split]:
         """(train_part, validation_part) of the training split, stratified by class and
         deterministic in ``seed``. Tune on the validation part, never on ``test``."""
-        labels = self.train.labels if self.train.frames == 1 else self.train.labels[:, 0]
-        rest, picked = stratified_indices(labels, fraction, seed)
+        rest, picked = self.validation_indices(fraction, seed)
         return self.train.subset(rest), self.train.subset(picked)
+
+    def validation_indices(self, fraction: float = 0.1, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """The indices into the training split of :meth:`validation_split`'s two parts, so that
+        a caller taking only some of them copies no more (a clip's first label stratifies)."""
+        labels = self.train.labels if self.train.frames == 1 else self.train.labels[:, 0]
+        return stratified_indices(labels, fraction, seed)
