@@ -47,7 +47,7 @@ from routing_rl.core.graph import RoutedNet
 from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.data.video import ClipConfig, Clips, make_clips
 from routing_rl.envs.task import RoutingTask
-from routing_rl.nets.video import LEAVES, REUSE, MemoryLayout, pack, video_net
+from routing_rl.nets.video import DEEP, LEAVES, REUSE, MemoryLayout, pack, video_net
 
 TEST_SEED_OFFSET = 1
 """Test clips are drawn with ``clip_seed + 1``: another stream than the training clips'."""
@@ -111,6 +111,14 @@ class VideoTask(RoutingTask):
         }
         return RoutingDataset(f"video-{images.name}", images.classes, splits["train"], splits["test"], description,
                               images.sources)
+
+    def static_archs(self) -> tuple[str, ...]:
+        """The cheap and the deep path of the video net without its routers (the reuse path has
+        no weights to train), named without loading the clips."""
+        return tuple(f"static-{leaf}" for leaf in LEAVES if leaf != REUSE)
+
+    def default_arch(self, agent: str | None) -> str:
+        return f"static-{DEEP}" if agent == "static" else self.archs[0]
 
     def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:
         net = video_net(len(self.classes), width, k_cpt_input)

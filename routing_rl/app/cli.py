@@ -159,12 +159,18 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     return parser
 
 
+_TASK_IN_USE: list = []
+"""The task the parsed flags name, kept alive so that the run shares it (``make_task`` shares
+live instances) rather than loading its data a second time."""
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     preset = values.pop("preset") or DEFAULT_PRESET
     from routing_rl.app.runs import task_for
 
     task = task_for({**PRESET_VALUES[preset], **{k: v for k, v in values.items() if v is not None}})
+    _TASK_IN_USE[:] = [task]
     if values.get("arch") is None:
         values["arch"] = task.default_arch(values.get("agent") or TrainConfig.agent)
     return make_config(preset, archs=task.all_archs(), static_archs=task.static_archs(), **values)
