@@ -299,3 +299,31 @@ def test_the_node_link_figure_names_the_task_s_own_sources_and_leaves():
     texts = {text.get_text() for ax in figure.axes for text in ax.texts} | {ax.get_title() for ax in figure.axes}
     assert {"cheap_exit", "wide_exit"} <= texts
     assert "what exits there (blue: sharp / red: blurred)" in texts and not any("MNIST" in t for t in texts)
+
+
+def test_what_would_fail_after_training_fails_before_the_run_folder_exists(data, tmp_path, capsys, monkeypatch):
+    from routing_rl.agents.threshold import ThresholdLearner
+    from routing_rl.app import trainer
+
+    def broken(self, validation):
+        raise ValueError("thresholds cannot be fitted")
+
+    monkeypatch.setattr(ThresholdLearner, "evaluation_points", broken)
+    monkeypatch.setattr(trainer, "fit", lambda *args, **kwargs: pytest.fail("training started"))
+    logdir = tmp_path / "runs"
+    with pytest.raises(SystemExit) as refused:
+        main(command("plugin-sequence", "threshold", data, logdir))
+    assert_refused(refused.value.code, capsys, logdir, "thresholds cannot be fitted")
+
+
+def test_a_run_makes_no_more_video_clips_than_its_caps_use():
+    from routing_rl.app.runs import task_for
+    from routing_rl.envs.video_task import VideoTask
+    from routing_rl.training.config import TrainConfig
+    from test_video import tiny_images
+
+    task = task_for(TrainConfig(env="routing_rl/VideoRouting-v0", train_examples=18, eval_examples=5,
+                                validation_fraction=0.1))
+    assert (task.train_clips, task.test_clips) == (20, 5)  # 18 training clips and the validation share beside them
+    made = VideoTask(frames=3, train_examples=7, eval_examples=2, images=tiny_images()).dataset()
+    assert (len(made.train), len(made.test), made.train.frames) == (7, 2, 3)
