@@ -114,7 +114,8 @@ class VideoTask(RoutingTask):
 
     def static_archs(self) -> tuple[str, ...]:
         """The cheap and the deep path of the video net without its routers (the reuse path has
-        no weights to train), named without loading the clips."""
+        no weights to train), named without loading the clips. Their change detector feeds no
+        router, so the memory carried beside each frame does not change what they compute."""
         return tuple(f"static-{leaf}" for leaf in LEAVES if leaf != REUSE)
 
     def default_arch(self, agent: str | None) -> str:
