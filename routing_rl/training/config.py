@@ -223,8 +223,10 @@ class TrainConfig:
         if known_static and self.agent == "static" and self.arch not in static:
             if not static:
                 raise ValueError("the static agent trains nets without junctions, and this task has none; pick another agent")
+            paper_static = [a for a in arch_names() if a.startswith("static-")]
+            choices = "static-N (N = 1..8)" if static == paper_static else ", ".join(static)
             raise ValueError(f"the static agent trains nets without junctions, got --arch {self.arch}; "
-                             f"use one of {', '.join(static)}")
+                             f"use one of {choices}")
         if known_static and self.agent != "static" and self.arch in static:
             raise ValueError(f"agent {self.agent!r} needs junctions to route at, got --arch {self.arch}; "
                              f"use {' or '.join(routed)}, or --agent static")
