@@ -98,7 +98,10 @@ class SGDLearner(Learner):
     """Base of the static, actor, critic and threshold learners.
 
     Args:
-        net, config, device, cost: as :class:`Learner`.
+        net: as :class:`Learner`.
+        config: as :class:`Learner`.
+        device: as :class:`Learner`.
+        cost: as :class:`Learner`.
         regularise_routers: whether router weights belong to c_mod (not for learners that
             never use the routers).
     """

@@ -73,6 +73,7 @@ from routing_rl.agents.sb3_callbacks import (
     ImageBudget,
     IterationCheckpoint,
     IterationLogger,
+    ProgressCallback,
     TrainingCharts,
     Validation,
 )
@@ -92,6 +93,7 @@ from routing_rl.core.files import atomic_write
 from routing_rl.core.k_cpt import CostModel, eval_values
 from routing_rl.training.checkpoint import CheckpointError
 from routing_rl.training.guard import NonFiniteLossError, diverged
+from routing_rl.training.monitor import Progress
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import Decide, Junction
@@ -466,13 +468,15 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
                                      purge_step=trainer.updates + 1 if resume else None))
 
     k_cpts = eval_values(config.k_cpt)
+    progress = Progress(config.iterations, trainer.updates, f"{config.agent} {config.arch}")
     validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),
-                                     history_path, lambda: trainer.updates, history, task, figures)
+                                     history_path, lambda: trainer.updates, history, task, progress, figures)
     evaluation = EvalCallback(eval_env, n_eval_episodes=min(len(validation), 500), eval_freq=1,
                               best_model_save_path=str(run_dir), log_path=str(run_dir),
                               callback_after_eval=validation_callback, verbose=0)
     callback = CallbackList([
         TrainingCharts(trainer),
+        ProgressCallback(trainer, progress),
         EveryIterations(trainer, config.eval_every, evaluation),
         EveryIterations(trainer, config.checkpoint_every,
                         IterationCheckpoint(trainer, str(run_dir / CHECKPOINTS), config.agent)),
@@ -500,6 +504,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
                                           "bound) or became non-finite", trainer.updates, trainer.lr(),
                                           "the checkpoints in checkpoints/ are kept")) from None
     finally:
+        progress.close()
         model.logger.close()
     model.save(run_dir / MODEL_FILE)
     return SB3Result(model, net, validation_callback.history, k_cpts, task.classes, task.sources, task)

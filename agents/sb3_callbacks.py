@@ -17,6 +17,8 @@
 * :class:`IterationCheckpoint` — SB3's ``CheckpointCallback`` naming each zip by iteration,
   ``{prefix}_{iteration}_iterations.zip``.
 * :class:`ImageBudget` — ends ``learn()`` once the feature trainer has taken ``iterations`` steps.
+* :class:`ProgressCallback` — the run's :class:`~routing_rl.training.monitor.Progress` (a bar
+  on a terminal, periodic lines elsewhere), stepped by the feature trainer's iterations.
 * :class:`IterationLogger` — SB3's logger, writing every record at the iteration, so that
   TensorBoard's step axis is the same for SB3 agents and the paper's learners.
 """
@@ -39,7 +41,7 @@ from routing_rl.data import Split
 from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import Decide
 from routing_rl.core.graph import RoutedNet
-from routing_rl.training.monitor import evaluation_scalars
+from routing_rl.training.monitor import Progress, evaluation_scalars
 
 
 class TrainingCharts(BaseCallback):
@@ -78,15 +80,17 @@ class Validation(BaseCallback):
         history: entries ``{"iteration", "evaluations"}`` of an earlier part of the run.
         task: the routing task, whose memory episodes of frames carry, and whose class and
             source names the results use.
+        progress: told the accuracy of each validation (at the first k_cpt).
         figures: entry -> ``{tag: matplotlib figure}`` logged beside the scalars (the
             application's ``figures/node_link``); None: none.
     """
 
     def __init__(self, net: RoutedNet, validation: Split, k_cpts: list[float], decide: Callable[[float], Decide],
                  path: Path, clock: Callable[[], int], history: list[dict] | None = None, task=None,
-                 figures: Callable[[dict], dict] | None = None):
+                 progress: Progress | None = None, figures: Callable[[dict], dict] | None = None):
         super().__init__()
         self.net, self.validation, self.k_cpts, self.decide, self.task = net, validation, k_cpts, decide, task
+        self.progress = progress
         self.clock, self.figures = clock, figures
         self.path = Path(path)
         self.history = list(history or [])
@@ -105,6 +109,8 @@ class Validation(BaseCallback):
         self.logger.dump()  # EvalCallback has dumped already; tie these to this iteration
         self.history.append(entry)
         atomic_write_text(self.path, json.dumps(self.history))
+        if self.progress is not None:
+            self.progress.validated(entry["evaluations"][0]["accuracy"], entry["iteration"])
         return True
 
 
@@ -137,6 +143,22 @@ class ImageBudget(BaseCallback):
 
     def _on_step(self) -> bool:
         return self.trainer.updates < self.iterations
+
+
+class ProgressCallback(BaseCallback):
+    """Steps ``progress`` by ``trainer.updates``: each iteration is ``batch_size`` images, and
+    the loss shown is the feature network's latest (c_err + c_mod)."""
+
+    def __init__(self, trainer: FeatureTrainer, progress: Progress):
+        super().__init__()
+        self.trainer, self.progress = trainer, progress
+
+    def _on_step(self) -> bool:
+        steps = self.trainer.updates - self.progress.iteration
+        if steps > 0:
+            loss = sum(v for k, v in self.trainer.last.items() if k.startswith("losses/"))
+            self.progress.update(steps, steps * self.trainer.options.batch_size, loss)
+        return True
 
 
 class ResumedTensorBoard(TensorBoardOutputFormat):

@@ -76,7 +76,7 @@ from timing import sync
 
 from routing_rl.training.acceleration import compiler_missing
 from routing_rl.training.config import make_config
-from routing_rl.data import RoutingDataset, Split
+from routing_rl.data import SOURCES, RoutingDataset, Split
 
 BATCH_SIZE = 128
 CLASSES = 10
@@ -332,7 +332,7 @@ def _dqn(device: torch.device):
     images = torch.rand(4 * BATCH_SIZE, 3, 32, 32, generator=generator)
     split = Split(images, torch.randint(0, CLASSES, (len(images),), generator=generator),
                   torch.randint(0, 2, (len(images),), generator=generator))
-    dataset = RoutingDataset("random", tuple(str(c) for c in range(CLASSES)), split, split, {})
+    dataset = RoutingDataset("random", tuple(str(c) for c in range(CLASSES)), split, split, {}, SOURCES)
     config = make_config("paper", agent="dqn", sb3_kwargs={"learning_starts": 0})
     env = RoutingSB3VecEnv(config.n_envs, seed=0, dataset=dataset, train=True, device=device,
                         joint=JointTraining.from_config(config, execution=config.resolved_execution))

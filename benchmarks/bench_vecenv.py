@@ -34,7 +34,7 @@ from routing_rl.envs.sb3_vec_env import RoutingSB3VecEnv
 from timing import median_seconds, sync
 
 from routing_rl.core.graph import take
-from routing_rl.data import RoutingDataset, Split
+from routing_rl.data import SOURCES, RoutingDataset, Split
 from routing_rl.nets.multiscale import chain
 
 CLASSES = 10
@@ -69,7 +69,7 @@ def _synthetic(examples: int, device: torch.device) -> RoutingDataset:
         torch.randint(CLASSES, (examples,), generator=generator),
         torch.randint(2, (examples,), generator=generator),
     ).to(device)
-    return RoutingDataset("synthetic", tuple(str(c) for c in range(CLASSES)), split, split, {})
+    return RoutingDataset("synthetic", tuple(str(c) for c in range(CLASSES)), split, split, {}, SOURCES)
 
 
 def _seconds(fn, device: torch.device, calls: int) -> float:

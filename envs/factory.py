@@ -21,6 +21,10 @@ clip_actions: an action past the current junction's last sink takes the last sin
 train: joint training of the feature network on the agent's paths (see
     :mod:`~routing_rl.envs.joint`); off: frozen net, no augmentation, deterministic.
 joint: the joint training options (:class:`~routing_rl.envs.joint.JointTraining`).
+device: where a built net and the examples in flight live: ``cpu``, ``cuda``, ``cuda:N`` or
+    ``auto``; a device this machine lacks is refused (ValueError) before anything is built.
+render_mode: the envs render nothing (``metadata["render_modes"]`` is empty): any mode but
+    None raises Gymnasium's :class:`~gymnasium.error.UnsupportedMode`.
 share: set by registration (:class:`~routing_rl.envs.registration.NetShare`): the sub-envs
     of one ``gym.make_vec(..., vectorization_mode="sync")`` share one net and its trainer.
 """
@@ -28,12 +32,14 @@ share: set by registration (:class:`~routing_rl.envs.registration.NetShare`): th
 from __future__ import annotations
 
 import torch
+from gymnasium.error import UnsupportedMode
 from routing_rl.envs.joint import FeatureTrainer, JointTraining
 from routing_rl.envs.registration import IMAGE_TASK, NetShare
 from routing_rl.envs.task import RoutingTask, TaskFactory, make_task
 from routing_rl.envs.traffic import Traffic
 
 from routing_rl.core.costs import ERROR_COSTS
+from routing_rl.core.devices import resolve_device
 from routing_rl.core.k_cpt import CostModel, check_k_cpt
 from routing_rl.core.graph import RoutedNet
 from routing_rl.data import Split
@@ -55,11 +61,18 @@ def make_traffic(
     cost: CostModel | None = None,
     seed: int = 0,
     share: NetShare | None = None,
+    render_mode: str | None = None,
     **task_kwargs,
 ) -> Traffic:
+    if render_mode is not None:
+        raise UnsupportedMode(f"render_mode={render_mode!r}: the routing envs render nothing (their "
+                              "metadata['render_modes'] is empty); leave render_mode out, and draw routing with "
+                              "routing_rl.app.plots or TensorBoard's figures/node_link")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"the number of examples in flight must be a positive integer, got {n!r}")
     k_cpt = check_k_cpt(k_cpt)
+    if net is None and (share is None or share.net is None):
+        device = resolve_device(device)
     if error_cost not in ERROR_COSTS:
         raise ValueError(f"unknown error cost {error_cost!r}; choose one of {', '.join(ERROR_COSTS)}")
     if task is None:

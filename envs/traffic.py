@@ -40,9 +40,11 @@ frame's. Such an episode's rewards sum to ``-Σ_frames (k_cpt × path cost + c_e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from gymnasium.error import ResetNeeded
 from routing_rl.envs.joint import FeatureTrainer
 from routing_rl.envs.observation import ObservationLayout, check_actions
 
@@ -50,6 +52,9 @@ from routing_rl.core.costs import error_cost
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet, State, take
 from routing_rl.core.k_cpt import CostModel, KCpt, c_cpt, router_input
+
+if TYPE_CHECKING:
+    from routing_rl.envs.task import RoutingTask
 
 
 @dataclass
@@ -154,6 +159,7 @@ class Traffic:
         self.decisions = np.full((n, len(layout.junctions)), -1, dtype=np.int64)
         self.images = torch.zeros(n, *net.input_shape, dtype=split.images.dtype, device=self.device)  # for replays
         self.waiting: dict[str, Group] = {}
+        self.started = False  # reset() called: until then step() raises ResetNeeded
         self.generator = torch.Generator(device=self.device)
         self.record_side_exits = False
         self.side_exits: list[SideExits] = []
@@ -188,6 +194,7 @@ class Traffic:
     def reset(self, rng: np.random.Generator) -> None:
         """A new example in every slot."""
         self.waiting = {}
+        self.started = True
         self.generator.manual_seed(int(rng.integers(2**63)))
         self.start(np.arange(self.n), rng)
 
@@ -246,7 +253,13 @@ class Traffic:
         self._advance({self.net.root: (x, slots)})
 
     def move(self, actions: np.ndarray) -> Finished:
-        """Every waiting slot takes the sink its action picks; run on to the next junction or leaf."""
+        """Every waiting slot takes the sink its action picks; run on to the next junction or leaf.
+
+        Gymnasium's :class:`~gymnasium.error.ResetNeeded` when no slot is waiting: before the
+        first :meth:`reset` (every env), or once a single episode has reached its leaf."""
+        if not self.waiting:
+            raise ResetNeeded("Cannot call step() before calling reset()" if not self.started
+                              else "the episode has reached a leaf; call reset() before step()")
         actions = check_actions(actions, self.n, self.layout.action_space.n)
         # every action is checked at its junction before anything moves
         choices = {name: self.layout.sinks(name, actions[group.slots]) for name, group in self.waiting.items()}
@@ -387,10 +400,16 @@ class Traffic:
 
 
 class TrafficControls:
-    """What every routing env exposes of its :class:`Traffic`: the net, its feature trainer,
-    and the ``nn.Module``-like switch of joint training (``train()`` / ``eval()``)."""
+    """What every routing env exposes of its :class:`Traffic`: the task, the net, its feature
+    trainer, and the ``nn.Module``-like switch of joint training (``train()`` / ``eval()``)."""
 
     traffic: Traffic
+
+    @property
+    def task(self) -> RoutingTask:
+        """The :class:`~routing_rl.envs.task.RoutingTask` the env routes (its dataset, classes,
+        sources, memory); ``gym.make``'s wrappers hide it: ``env.unwrapped.task``."""
+        return self.traffic.task
 
     @property
     def net(self) -> RoutedNet:

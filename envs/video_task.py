@@ -58,12 +58,14 @@ class VideoTask(RoutingTask):
 
     Args:
         frames: frames per clip (T).
-        train_clips, test_clips: clips made of the training and test images.
+        train_clips: clips made of the training images.
+        test_clips: clips made of the test images.
         clip_seed: seed of the clips (test clips use ``clip_seed + 1``).
         images: the images clips are made of: a dataset name (default ``hybrid``), loaded from
             ``data_dir`` on first use, or a :class:`~routing_rl.data.RoutingDataset` of
             32×32 images with train and test splits.
-        data_dir, download: where the named dataset's files are.
+        data_dir: where the named dataset's files are.
+        download: whether a named dataset missing from ``data_dir`` may be downloaded.
         train_examples, eval_examples: at most this many training and test clips are made
             (None: ``train_clips`` and ``test_clips``); a run passes its caps.
     """

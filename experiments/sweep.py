@@ -10,8 +10,9 @@
 import argparse
 import sys
 from functools import partial
+from pathlib import Path
 
-from routing_rl.app.figures import write_figures
+from routing_rl.app.figures import check_out_folder, write_figures
 from routing_rl.app.sweep import LR_CANDIDATES, run_sweep, select_static_lr, sweep_configs
 from routing_rl.core.memory import retain_freed_memory
 
@@ -49,6 +50,8 @@ def main() -> int:
     retain_freed_memory()
     machine = dict(env=args.env, dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir)
     try:
+        if args.figures:  # before hours of training, not after
+            check_out_folder(Path(args.figures), "--figures")
         static_lr = args.static_lr
         if args.select_static_lr or static_lr == "auto":
             log = partial(print, file=sys.stderr) if args.select_static_lr else print

@@ -38,6 +38,18 @@ def real_cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("routing-rl-cache")
 
 
+@pytest.fixture
+def data_env(tmp_path, monkeypatch):
+    """An offline machine with nothing found: an empty cache in ``tmp_path``, no data folder,
+    and downloads answered "offline"; returns ``tmp_path``."""
+    from routing_rl.data import fetch
+
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ROUTING_RL_DATA_DIR", raising=False)
+    monkeypatch.setattr(fetch, "online", lambda url, timeout=3.0: "offline (test)")
+    return tmp_path
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """The tests run tiny nets, where a second intra-op thread only adds synchronisation,

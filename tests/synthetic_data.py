@@ -75,6 +75,14 @@ def write_cifar_pickles(folder: Path) -> dict:
     return out
 
 
+def write_data_folder(root: Path) -> Path:
+    """``root`` holding tiny MNIST IDX files and CIFAR-10 pickles in torchvision's layouts:
+    enough for every dataset (a ``--data-dir`` for end-to-end runs)."""
+    write_mnist_idx(root / "MNIST" / "raw")
+    write_cifar_pickles(root / "cifar-10-batches-py")
+    return root
+
+
 def write_image_folder(root: Path, kind: str, jpeg_first: bool = False) -> dict:
     """train/<class>/NNNN.png and test/<class>/NNNN.png (one JPEG if ``jpeg_first``)."""
     out = {}

@@ -336,7 +336,8 @@ def test_failed_download_is_folded_into_one_error(tmp_path, monkeypatch):
     assert "'hybrid'" in message and "MNIST" in message
     assert "Error downloading train-images-idx3-ubyte.gz" in message
     assert str(tmp_path / "nowhere") in message and "does not exist" in message
-    assert "--data-dir" in message and "cifar-10-batches-py" in message and "train/<class>" in message
+    assert "--data-dir" in message and len(message.splitlines()) == 1
+    assert "cifar-10-batches-py" in info.value.details and "train/<class>" in info.value.details  # --verbose
     assert info.value.__context__ is None and info.value.__cause__ is None  # no chained traceback
     assert isinstance(info.value, FileNotFoundError)
 
@@ -403,7 +404,7 @@ def test_cache_writes_are_atomic(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(cache.torch, "save", failing_save)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.warns(UserWarning, match="disk full"):  # the cache only saves time: warned, not fatal
         cache.save_entry(tmp_path / "c" / "entry.pt", {"x": torch.zeros(1)})
     assert list((tmp_path / "c").iterdir()) == []
 
@@ -437,7 +438,7 @@ def small_dataset() -> RoutingDataset:
     images = torch.rand(200, 3, 32, 32)
     images[:, 0, 0, 0] = torch.arange(200)  # an id per example
     split = Split(images, labels, torch.zeros(200, dtype=torch.long))
-    return RoutingDataset("t", tuple("abcdefghij"), split, split, {})
+    return RoutingDataset("t", tuple("abcdefghij"), split, split, {}, SOURCES)
 
 
 def test_validation_split_is_stratified_and_deterministic():

@@ -16,7 +16,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import routing_rl  # noqa: F401  (registers the ids)
 from routing_rl.core.costs import error_cost
 from routing_rl.core.k_cpt import K_CPT_SCALE, K_CPT_VALUES
-from routing_rl.data import RoutingDataset, Split
+from routing_rl.data import SOURCES, RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import route
 from routing_rl.nets.multiscale import chain, static
@@ -26,7 +26,7 @@ def tiny_dataset(n=24, classes=3, shape=(3, 32, 32), seed=0):
     generator = torch.Generator().manual_seed(seed)
     split = Split(torch.rand(n, *shape, generator=generator), torch.randint(classes, (n,), generator=generator),
                   torch.randint(2, (n,), generator=generator))
-    return RoutingDataset("tiny", tuple("abcdefghij"[:classes]), split, split, {})
+    return RoutingDataset("tiny", tuple("abcdefghij"[:classes]), split, split, {}, SOURCES)
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_actions_past_the_last_sink_raise_unless_clipped(vectors):
         with pytest.raises(ValueError, match="integer action in 0..2"):
             env.step(bad)
     env.step(0)
-    with pytest.raises(RuntimeError, match="call reset"):
+    with pytest.raises(gym.error.ResetNeeded, match="call reset"):
         env.step(0)
 
 

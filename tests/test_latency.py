@@ -12,7 +12,7 @@ from routing_rl.agents.registry import build_net, make_learner
 from routing_rl.core.graph import FullOutput
 from routing_rl.core.k_cpt import CostModel
 from routing_rl.core.latency import UNIT, latency_cost, profile_latency
-from routing_rl.data import RoutingDataset, Split
+from routing_rl.data import SOURCES, RoutingDataset, Split
 from routing_rl.envs.factory import make_traffic
 from routing_rl.training.config import make_config
 from routing_rl.training.cost import COST_FILE, run_cost_model
@@ -132,7 +132,7 @@ def test_the_envs_rewards_charge_the_cost_models_cost():
     generator = torch.Generator().manual_seed(0)
     split = Split(torch.rand(16, 3, 32, 32, generator=generator), torch.randint(3, (16,), generator=generator),
                   torch.zeros(16, dtype=torch.long))
-    dataset = RoutingDataset("tiny", ("a", "b", "c"), split, split, {})
+    dataset = RoutingDataset("tiny", ("a", "b", "c"), split, split, {}, SOURCES)
     torch.manual_seed(0)
     net = build_net(make_config("smoke", agent="actor"), 3)
     cost = skewed(net, net.junctions[0])

@@ -24,8 +24,12 @@ def blocks() -> list[tuple[str, str | None, str]]:
 def test_the_guide_has_a_task_a_registration_training_evaluation_and_plots():
     kinds = [(language, title) for language, title, _ in blocks()]
     assert ("python", "mytasks/blobs.py") in kinds and ("python", "mytasks/__init__.py") in kinds
+    assert ("python", "mytasks/clips.py") in kinds, "a task of sequences"
     shell = "\n".join(code for language, _, code in blocks() if language == "bash")
     assert "--env mytasks:mytasks/Blobs-v0" in shell and "routing_rl.app.figures" in shell
+    assert "--env mytasks:mytasks/Clips-v0" in shell
+    evaluations = [code for language, title, code in blocks() if language == "python" and "evaluate(" in code]
+    assert len(evaluations) == 2 and all("task=task" in code for code in evaluations), "evaluate(...) as sequences need it"
 
 
 def test_the_guide_runs_exactly_as_written(tmp_path):
@@ -55,6 +59,13 @@ def test_the_guide_runs_exactly_as_written(tmp_path):
         assert metrics["env"] == "mytasks:mytasks/Blobs-v0" and metrics["dataset"]["name"] == "blobs"
         leaf = next(iter(metrics["test"][0]["leaves"].values()))
         assert set(leaf["by_class"]) == {"red", "green", "blue"} and set(leaf["by_source"]) == {"clear", "noisy"}
+    for agent in ("actor", "dqn"):
+        metrics = json.loads((tmp_path / "runs" / f"clips-{agent}" / "metrics.json").read_text())
+        assert metrics["sources"] == ["steady", "switching"] and metrics["dataset"]["frames"] == 8
+        assert set(metrics["test"][0]["leaves"]) == {"reuse", "classify"}
+        assert metrics["test"][0]["examples"] % 8 == 0, "every frame of the test clips is judged"
+    assert "(300, 8, 8) (300, 8)" in "".join(outputs) and "8 frames" in "".join(outputs)
+    assert re.search(r"clips: accuracy \d\.\d{3} per frame, \d+% of frames reused", "".join(outputs))
     evaluation = next(text for text in outputs if "MACs per example" in text)
     assert re.search(r"accuracy \d\.\d{3} at \d+ MACs per example", evaluation)
     assert "'clear'" in evaluation and "'noisy'" in evaluation

@@ -18,7 +18,7 @@ from synthetic_data import write_image_folder, write_mnist_idx
 
 from routing_rl.core.files import atomic_write, atomic_write_text, remove_stale_temporaries
 from routing_rl.core.policies import MAX_HALVINGS, TrainingPolicy, halving
-from routing_rl.data import DataNotFoundError, Split, cache, fetch, load_dataset
+from routing_rl.data import DataNotFoundError, Split, cache, load_dataset
 from routing_rl.nets.multiscale import build
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from routing_rl.training.config import TrainConfig, make_config
@@ -233,14 +233,6 @@ def test_a_run_that_cannot_fit_is_refused_before_allocating(overrides, advice):
 # --- datasets ----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def data_env(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("ROUTING_RL_DATA_DIR", raising=False)
-    monkeypatch.setattr(fetch, "online", lambda url, timeout=3.0: "offline (test)")
-    return tmp_path
-
-
 def plain_tar(folder: Path, tarball: Path) -> list[int]:
     """An uncompressed tar of ``folder``; returns each member's header offset."""
     with tarfile.open(tarball, "w") as tar:
@@ -256,7 +248,7 @@ def test_a_cifar_tar_cut_between_two_files_is_refused(data_env):
     tarball.parent.mkdir()
     offsets = plain_tar(data_env / "folder", tarball)
     tarball.write_bytes(tarball.read_bytes()[: offsets[-1]])  # cleanly before the last member
-    with pytest.raises(DataNotFoundError, match=r"cifar\.tar: the archive stops after .* bytes without its end-of-archive marker"):
+    with pytest.raises(DataNotFoundError, match=r"cifar\.tar is cut short: the archive stops after .* bytes without its end-of-archive marker"):
         load_dataset("cifar10", data_dir=data_env / "data", download=False)
 
 

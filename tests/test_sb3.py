@@ -20,7 +20,7 @@ from stable_baselines3.common.vec_env import VecMonitor
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from routing_rl.training.config import make_config
-from routing_rl.data import RoutingDataset, Split
+from routing_rl.data import SOURCES, RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
 
 SHORT = {  # SB3 settings that let a few hundred training images exercise every update
@@ -34,7 +34,7 @@ def tiny_dataset(n=48, classes=3, seed=0):
     generator = torch.Generator().manual_seed(seed)
     split = Split(torch.rand(n, 3, 32, 32, generator=generator), torch.randint(classes, (n,), generator=generator),
                   torch.randint(2, (n,), generator=generator))
-    return RoutingDataset("tiny", tuple("abc"[:classes]), split, split, {})
+    return RoutingDataset("tiny", tuple("abc"[:classes]), split, split, {}, SOURCES)
 
 
 def short_config(agent, **overrides):

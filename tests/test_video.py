@@ -9,7 +9,7 @@ from routing_rl.agents import video as policies
 from routing_rl.core.costs import error_cost
 from routing_rl.core.execution import route
 from routing_rl.core.macs import MacCounter
-from routing_rl.data import RoutingDataset, Split
+from routing_rl.data import SOURCES, RoutingDataset, Split
 from routing_rl.envs.video_task import VideoTask
 from routing_rl.nets.multiscale import column
 from routing_rl.nets.video import AGE_CAP, LEAVES, ChangeDetector, MemoryLayout, pack, thumbnail
@@ -25,7 +25,7 @@ def tiny_images(n_train: int = 40, n_test: int = 20) -> RoutingDataset:
     def split(n: int) -> Split:
         return Split(torch.rand(n, 3, 32, 32, generator=generator), torch.arange(n) % CLASSES, torch.arange(n) % 2)
 
-    return RoutingDataset("tiny", tuple(str(c) for c in range(CLASSES)), split(n_train), split(n_test), {})
+    return RoutingDataset("tiny", tuple(str(c) for c in range(CLASSES)), split(n_train), split(n_test), {}, SOURCES)
 
 
 @pytest.fixture(scope="module")

@@ -156,6 +156,8 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory of the same name")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     parser.add_argument("--json", action="store_true", help="at the end, print the final metrics as JSON instead of the summary")
+    parser.add_argument("--verbose", action="store_true", help="when no data is found, also list every place looked at "
+                        "and the accepted layouts")
     return parser
 
 
@@ -182,10 +184,12 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     from routing_rl.app.runs import RunError, train
     from routing_rl.app.summary import summary_text
     from routing_rl.core.memory import retain_freed_memory
+    from routing_rl.training.monitor import progress_seconds
 
     retain_freed_memory()
 
     try:
+        progress_seconds()  # refused now, not after the run folder is written
         config = None if args.resume else config_from_args(args)
     except ValueError as error:
         parser.exit(2, f"{prog}: error: {error}\n")
@@ -197,7 +201,8 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     try:
         metrics = train(resume=args.resume, overrides=given) if args.resume else train(config, overwrite=args.overwrite)
     except (RunError, DataNotFoundError) as error:
-        parser.exit(2, f"{prog}: error: {error}\n")
+        details = getattr(error, "details", "") if args.verbose else ""
+        parser.exit(2, f"{prog}: error: {error}\n" + (f"{details}\n" if details else ""))
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted; the last checkpoint is saved, continue with --resume", file=sys.stderr)
         return 130

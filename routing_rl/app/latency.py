@@ -8,7 +8,9 @@
   example of dynamic execution at each batch size — the runs interleaved in rounds, the
   median of the rounds — and writes ``latency.csv``, ``accuracy_time.png`` (accuracy/MACs
   beside accuracy/time) and ``latency.md``: for every latency-cost point, the fastest
-  MAC-cost point within 0.5 accuracy point, and their ratio of time per example.
+  MAC-cost point within 0.5 accuracy point, and their ratio of time per example. Runs of
+  several tasks (env and dataset, :func:`routing_rl.app.figures.by_task`) get one subfolder
+  of these each: a point is only matched with points of its own task.
 
 Beside each run's routing the report times its *oracle* (:mod:`routing_rl.core.oracle`): on
 the same images, the cheapest routing under the run's cost model that gets as many of them
@@ -21,7 +23,6 @@ leaves differently).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -30,13 +31,16 @@ from pathlib import Path
 
 import torch
 
+from routing_rl.app.cli import _Parser, _positive_int
+from routing_rl.app.figures import by_task, check_out_folder, read_metrics
 from routing_rl.app.plots import accuracy_time_figure, write_csv
-from routing_rl.app.runs import METRICS_FILE, load_run, prepare_data, resolve_device
+from routing_rl.app.runs import load_run, prepare_data, resolve_device
 from routing_rl.core.execution import dynamic, route
 from routing_rl.core.k_cpt import CostModel, eval_values
 from routing_rl.core.latency import latency_cost, profile_latency
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.oracle import PathPolicy, leaf_correct, oracle_leaves
+from routing_rl.data import DataNotFoundError
 from routing_rl.nets.multiscale import build
 from routing_rl.training.config import TrainConfig
 from routing_rl.training.cost import COST_FILE, run_cost_model, write_cost_model
@@ -91,15 +95,16 @@ def oracle_point(net: RoutedNet, images: torch.Tensor, labels: torch.Tensor, k_c
 def measure(run_dirs: list[Path], batch_sizes: list[int], examples: int = 1000, repeats: int = 5,
             device: str = "cpu") -> list[dict]:
     """One point per run, k_cpt (every value of a dynamic one) and batch size: ``series``,
-    ``run``, ``cost``, ``k_cpt``, ``batch_size``, ``accuracy`` and ``mean_macs`` on the run's
-    test split, ``seconds_per_image`` (median over ``repeats`` interleaved rounds on the first
+    ``run``, ``task`` (its name in :func:`~routing_rl.app.figures.by_task`), ``cost``,
+    ``k_cpt``, ``batch_size``, ``accuracy`` and ``mean_macs`` on the run's test split, ``seconds_per_image`` (median over ``repeats`` interleaved rounds on the first
     ``examples`` test images), the oracle's ``oracle_seconds_per_image`` on them (timed in the
     same rounds) with the fields of :func:`oracle_point`, and the ``threads`` used."""
     device = resolve_device(device)
+    run_dirs = list(map(Path, run_dirs))
+    runs = read_metrics(run_dirs)
+    task_of = {id(run): name for name, group in by_task(runs).items() for run in group}
     entries = []
-    for run_dir in map(Path, run_dirs):
-        if not (run_dir / METRICS_FILE).is_file():
-            raise ValueError(f"{run_dir} has not finished (no {METRICS_FILE}); resume it or leave it out")
+    for run_dir, run in zip(run_dirs, runs):
         config, task, net = load_run(run_dir, device)
         cost = charged_cost(config, net, run_dir)
         *_, test = prepare_data(config, task)
@@ -107,7 +112,8 @@ def measure(run_dirs: list[Path], batch_sizes: list[int], examples: int = 1000, 
         for k_cpt in eval_values(config.k_cpt):
             result = evaluate(net, test, k_cpt)
             oracle = oracle_point(net, images, labels, k_cpt, cost)
-            entries.append(({"series": f"{config.agent}, {config.cost} cost", "run": str(run_dir), "cost": config.cost,
+            entries.append(({"series": f"{config.agent}, {config.cost} cost", "run": str(run_dir),
+                             "task": task_of[id(run)], "cost": config.cost,
                              "k_cpt": k_cpt, "accuracy": result["accuracy"], "mean_macs": result["mean_macs"],
                              **{key: value for key, value in oracle.items() if key != "oracle_leaf"}},
                             net, images, oracle["oracle_leaf"]))
@@ -127,14 +133,14 @@ def measure(run_dirs: list[Path], batch_sizes: list[int], examples: int = 1000, 
 
 
 def matches(points: list[dict], tolerance: float = TOLERANCE) -> list[dict]:
-    """For every latency-cost point, the fastest MAC-cost point of the same batch size within
-    ``tolerance`` accuracy, and ``time_ratio`` = latency point's time / that point's."""
+    """For every latency-cost point, the fastest MAC-cost point of the same task and batch
+    size within ``tolerance`` accuracy, and ``time_ratio`` = latency point's time / that point's."""
     out = []
     for point in points:
         if point["cost"] != "latency":
             continue
         rivals = [p for p in points if p["cost"] == "macs" and p["batch_size"] == point["batch_size"]
-                  and abs(p["accuracy"] - point["accuracy"]) <= tolerance]
+                  and p.get("task") == point.get("task") and abs(p["accuracy"] - point["accuracy"]) <= tolerance]
         if rivals:
             rival = min(rivals, key=lambda p: p["seconds_per_image"])
             out.append({"batch_size": point["batch_size"], "latency": point, "macs": rival,
@@ -163,10 +169,19 @@ def markdown(points: list[dict], found: list[dict]) -> str:
 
 
 def write_latency_report(points: list[dict], out_dir: Path) -> list[Path]:
-    """``latency.csv``, ``latency.md`` and one ``accuracy_time_b{batch}.png`` per batch size."""
+    """``latency.csv``, ``latency.md`` and one ``accuracy_time_b{batch}.png`` per batch size,
+    in ``out_dir``, or in one subfolder of it per task when the points are of several."""
+    tasks: dict[str, list[dict]] = {}
+    for point in points:
+        tasks.setdefault(point.get("task", ""), []).append(point)
+    if len(tasks) == 1:
+        return _write_task(points, Path(out_dir), "")
+    return [path for name, group in tasks.items() for path in _write_task(group, Path(out_dir) / name, f"{name}: ")]
+
+
+def _write_task(points: list[dict], out_dir: Path, title: str) -> list[Path]:
     import matplotlib.pyplot as plt
 
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "latency.csv", out_dir / "latency.md"]
     write_csv(written[0], points)
@@ -175,7 +190,7 @@ def write_latency_report(points: list[dict], out_dir: Path) -> list[Path]:
                 "mean_macs": p["oracle_mean_macs"], "seconds_per_image": p["oracle_seconds_per_image"]} for p in points]
     for batch_size in sorted({p["batch_size"] for p in points}):
         figure = accuracy_time_figure([p for p in points + oracles if p["batch_size"] == batch_size],
-                                      f"dynamic execution at batch {batch_size} (torch threads: {points[0]['threads']})")
+                                      f"{title}dynamic execution at batch {batch_size} (torch threads: {points[0]['threads']})")
         path = out_dir / f"accuracy_time_b{batch_size}.png"
         figure.savefig(path, dpi=120)
         plt.close(figure)
@@ -184,32 +199,38 @@ def write_latency_report(points: list[dict], out_dir: Path) -> list[Path]:
 
 
 def report_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="latency_report.py", description="MAC-cost vs latency-cost routing on the clock.")
+    parser = _Parser(prog="latency_report.py", description="MAC-cost vs latency-cost routing on the clock.")
     parser.add_argument("runs", nargs="+", help="finished run directories (--cost macs and --cost latency)")
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 64, 256], help="inference batch sizes (default: 1 64 256)")
-    parser.add_argument("--examples", type=int, default=1000, help="test images timed per round (default: 1000)")
-    parser.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (default: 5)")
+    parser.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 64, 256],
+                        help="inference batch sizes (default: 1 64 256)")
+    parser.add_argument("--examples", type=_positive_int, default=1000, help="test images timed per round (default: 1000)")
+    parser.add_argument("--repeats", type=_positive_int, default=5, help="interleaved timing rounds (default: 5)")
     parser.add_argument("--device", default="cpu", help="device to time on (default: cpu)")
     parser.add_argument("--out", default="figures/latency", help="output folder (default: figures/latency)")
     args = parser.parse_args(argv)
     try:
+        check_out_folder(Path(args.out))
         points = measure(args.runs, args.batch_sizes, args.examples, args.repeats, args.device)
-    except ValueError as error:
+        written = write_latency_report(points, args.out)
+    except (ValueError, DataNotFoundError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
-    written = write_latency_report(points, args.out)
-    print((Path(args.out) / "latency.md").read_text())
+    except OSError as error:
+        parser.exit(2, f"{parser.prog}: error: cannot write into --out {args.out}: {error.strerror or error}; choose another --out\n")
+    for path in written:
+        if path.name == "latency.md":
+            print(path.read_text())
     print("\n".join(map(str, written)))
     return 0
 
 
 def profile_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="profile_latency.py", description="Time every node and router of a net on this device.")
+    parser = _Parser(prog="profile_latency.py", description="Time every node and router of a net on this device.")
     parser.add_argument("--arch", default="chain", help="chain or tree (default: chain)")
-    parser.add_argument("--width", type=int, default=1)
-    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--width", type=_positive_int, default=1)
+    parser.add_argument("--classes", type=_positive_int, default=10)
     parser.add_argument("--k-cpt-input", action="store_true", help="routers read k_cpt (for --k-cpt dynamic runs)")
-    parser.add_argument("--batch-size", type=int, default=64, help="inference batch size to profile at (default: 64)")
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--batch-size", type=_positive_int, default=64, help="inference batch size to profile at (default: 64)")
+    parser.add_argument("--repeats", type=_positive_int, default=15)
     parser.add_argument("--device", default="cpu", help="device (default: cpu)")
     parser.add_argument("--out", required=True, help="JSON file to write (give it to --latency-profile)")
     args = parser.parse_args(argv)

@@ -86,14 +86,15 @@ def _macs(value: float) -> str:
     return f"{value / 1e6:.2f}M"
 
 
-def markdown_report(runs: Sequence[dict], points: Sequence[dict]) -> str:
+def markdown_report(runs: Sequence[dict], points: Sequence[dict], task: str = "") -> str:
     """The table of test points, the targets and the exits by source, as Markdown.
 
-    runs: ``metrics.json`` contents; points: their test points
-    (:func:`routing_rl.app.figures.test_points`).
+    runs: ``metrics.json`` contents of runs of one task; points: their test points
+    (:func:`routing_rl.app.figures.test_points`); task: its name, written above the table.
     """
     curve = static_curve(points)
-    lines = ["| series | run | point | test accuracy | mean MACs | vs static curve (pts) |", "|---|---|---|---|---|---|"]
+    lines = [f"Task: {task}.", ""] if task else []
+    lines += ["| series | run | point | test accuracy | mean MACs | vs static curve (pts) |", "|---|---|---|---|---|---|"]
     for p in sorted(points, key=lambda p: (p["series"], p["mean_macs"])):
         m = margin(curve, p)
         static = p["series"] == STATIC_SERIES

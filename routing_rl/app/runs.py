@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from routing_rl.core import devices
 from routing_rl.core.files import atomic_write_text, remove_stale_temporaries
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
@@ -57,16 +58,12 @@ OUT_OF_MEMORY = ("can't allocate memory", "not enough memory", "out of memory")
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` → CUDA when available, else CPU; anything else must be a usable torch device."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """``auto`` → CUDA when available, else CPU; anything else must be a usable torch device
+    (:func:`routing_rl.core.devices.resolve_device`, its refusal as a RunError)."""
     try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise RunError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RunError(f"device {name!r} asked for, but CUDA is not available here; use --device=cpu or auto")
-    return device
+        return devices.resolve_device(name)
+    except ValueError as error:
+        raise RunError(str(error)) from None
 
 
 def join_processes(config: TrainConfig, device: torch.device) -> tuple[Distributed | None, torch.device]:

@@ -100,6 +100,8 @@ def evaluate_on_validation(learner: Learner, validation: Split, iteration: int, 
         if monitor is not None:
             suffix = "" if len(learner.eval_k_cpts()) == 1 else f"_k{k_cpt:g}"
             monitor.scalars(evaluation_scalars(result, "val" + suffix), iteration)
+    if monitor is not None:
+        monitor.validated(entry["evaluations"][0]["accuracy"], iteration)
     if monitor is not None and learner.net.junctions and validation.frames == 1:
         learner.net.eval()
         with torch.no_grad():
@@ -127,7 +129,8 @@ def fit(
     """Train ``learner`` for ``config.iterations`` iterations.
 
     Args:
-        train / validation: splits on any device; batches move to the learner's device.
+        train: the training split, on any device; batches move to the learner's device.
+        validation: the validation split, on any device.
         monitor: where scalars, histograms and the progress bar go (None: nowhere).
         save: called with a checkpoint dict at every checkpoint; the caller writes it.
         resume: a checkpoint dict from an earlier ``save``; training continues from it.
@@ -218,7 +221,7 @@ def fit(
                 monitor.scalars(stats, state.iteration)
             if monitor is not None:
                 shown = {k.split("/")[-1]: v for k, v in stats.items() if k in SHOWN_IN_PROGRESS}
-                monitor.progress(1, **shown)
+                monitor.progress(1, examples, stats["losses/total"], **shown)
             if validating:
                 learner.before_evaluation(train)
                 entry = evaluate_on_validation(learner, validation, state.iteration, monitor, task, kept())
@@ -249,4 +252,4 @@ def finite(net: torch.nn.Module) -> bool:
     return bool(torch.stack([t.isfinite().all() for t in tensors]).all())
 
 
-SHOWN_IN_PROGRESS = ("losses/total", "charts/train_accuracy", "charts/train_mean_macs", "charts/examples_per_second")
+SHOWN_IN_PROGRESS = ("charts/train_accuracy", "charts/train_mean_macs", "charts/examples_per_second")

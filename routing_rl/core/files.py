@@ -38,6 +38,18 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
         raise
 
 
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be, or be made, a folder — it, or the nearest existing path above
+    it, is a file — as ``"PATH is a file, ..."``, or None when it can."""
+    path = Path(path)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None or existing.is_dir():
+        return None
+    if existing == path:
+        return f"{path} is a file, not a folder"
+    return f"{path} lies under {existing}, which is a file, not a folder"
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     atomic_write(path, lambda stream: stream.write(text.encode()))

@@ -66,11 +66,15 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: $ROUTING_RL_CACHE, else ~/.cache/routing-rl)")
     parser.add_argument("--no-download", action="store_true", help="never try torchvision's downloaders")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--verbose", action="store_true", help="when no data is found, also list every place looked "
+                        "at and the accepted layouts")
     args = parser.parse_args(argv)
     try:
         s = summary(args.dataset, args.data_dir, args.cache_dir, download=not args.no_download)
     except (DataNotFoundError, ValueError) as e:  # not found, or an incomplete copy
         print(f"error: {e}", file=sys.stderr)
+        if args.verbose and getattr(e, "details", ""):
+            print(e.details, file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(s, indent=2))

@@ -1,4 +1,9 @@
-"""The on-disk cache of decoded sources: where it lives, how entries are keyed and written."""
+"""The on-disk cache of decoded sources: where it lives, how entries are keyed and written.
+
+The cache only saves time: an entry that cannot be written (a read-only filesystem, no
+permission, a full disk) is named in one warning per cache folder, and the data it would have
+held is used from memory, decoded again at the next start. A read-only cache that already
+holds its entries (one prepared for a cluster, say) is read as usual."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from routing_rl.core.files import atomic_write
+from routing_rl.core.files import atomic_write, folder_problem
 
 FORMAT_VERSION = 1
 """Bump when what a cache entry holds, or how it is computed, changes; old entries are then
@@ -22,12 +27,25 @@ SPLIT_KEYS = ("train_images", "train_labels", "test_images", "test_labels")
 """What every dataset entry holds (a source entry of a test-set-only copy lacks train_*)."""
 
 
+_unwritable: set[Path] = set()
+"""Cache folders already warned about: one warning per folder and process."""
+
+
 def default_cache_dir() -> Path:
     """``$ROUTING_RL_CACHE``, else ``$XDG_CACHE_HOME/routing-rl``, else ``~/.cache/routing-rl``."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base).expanduser() / "routing-rl"
+
+
+def check_cache_dir(cache_dir: Path) -> None:
+    """ValueError when ``cache_dir`` cannot be a folder (it, or a folder above it, is a file)."""
+    problem = folder_problem(cache_dir)
+    if problem:
+        given = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) and Path(os.environ[CACHE_ENV]).expanduser() == Path(cache_dir) \
+            else "the cache folder"
+        raise ValueError(f"{given}: {problem}; point it at a folder (or unset it for ~/.cache/routing-rl)")
 
 
 def file_identity(paths: Iterable[Path]) -> list[list]:
@@ -82,8 +100,21 @@ def entry_problem(entry: object, required: Iterable[str] = ()) -> str | None:
 
 
 def save_entry(path: Path, entry: dict) -> None:
-    """Write ``entry`` atomically (see :mod:`routing_rl.core.files`)."""
-    atomic_write(path, lambda stream: torch.save(entry, stream))
+    """Write ``entry`` atomically (see :mod:`routing_rl.core.files`); when the cache folder
+    cannot be written, warn once and go on without it (the module docstring)."""
+    try:
+        atomic_write(path, lambda stream: torch.save(entry, stream))
+    except (OSError, RuntimeError) as raised:
+        # torch.save reports a failed write of its stream (a full disk) as a RuntimeError
+        error = raised if isinstance(raised, OSError) else raised.__context__
+        if not isinstance(error, OSError):
+            raise
+        folder = Path(path).parent
+        if folder not in _unwritable:
+            _unwritable.add(folder)
+            warnings.warn(f"cannot write into the cache folder {folder} ({error.strerror or error}); going on without "
+                          f"a cache, so the data is decoded again at every start: set ${CACHE_ENV} to a writable folder",
+                          stacklevel=2)
 
 
 def cached(cache_dir: Path, prefix: str, key: dict, build: Callable[[], dict], required: Iterable[str] = SPLIT_KEYS) -> dict:

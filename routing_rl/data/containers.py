@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 
 SOURCES = ("mnist", "cifar")
-"""Where an example came from; ``Split.source`` holds an index into this tuple."""
+"""The sources of the paper's datasets: ``Split.source`` of MNIST, CIFAR and hybrid
+examples holds an index into this tuple."""
 MNIST_SOURCE = SOURCES.index("mnist")
 CIFAR_SOURCE = SOURCES.index("cifar")
 
@@ -75,14 +76,30 @@ def stratified_indices(
 class RoutingDataset:
     """A named dataset with its classes, train and test splits, a JSON-serialisable
     ``description`` saying which files it was built from and how it was split, and the names
-    of the sources ``Split.source`` indexes."""
+    of the sources ``Split.source`` indexes.
+
+    ``sources`` has no default: runs, evaluations and figures report where each source's
+    examples left the net under these names (one source: ``("all",)``, say; the paper's
+    datasets: :data:`SOURCES`). A source index in a split without a name is refused.
+    """
 
     name: str
     classes: tuple[str, ...]
     train: Split
     test: Split
     description: dict
-    sources: tuple[str, ...] = SOURCES
+    sources: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sources, str) or not all(isinstance(s, str) for s in self.sources) or not self.sources:
+            raise ValueError(f"sources must be a non-empty tuple of names (one per Split.source index), "
+                             f"got {self.sources!r}")
+        object.__setattr__(self, "sources", tuple(self.sources))
+        for split_name in ("train", "test"):
+            source = getattr(self, split_name).source
+            if source.numel() and not 0 <= int(source.min()) <= int(source.max()) < len(self.sources):
+                raise ValueError(f"dataset {self.name!r}: {split_name} source indices run from {int(source.min())} "
+                                 f"to {int(source.max())}, but sources names {len(self.sources)}: {self.sources}")
 
     def validation_split(self, fraction: float = 0.1, seed: int = 0) -> tuple[Split, Split]:
         """(train_part, validation_part) of the training split, stratified by class and

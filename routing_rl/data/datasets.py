@@ -212,6 +212,7 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
         origin = f" (from ${sources.DATA_DIR_ENV})"
     data_dir = Path(data_dir).expanduser() if data_dir is not None else sources.default_data_dir()
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else cache.default_cache_dir()
+    cache.check_cache_dir(cache_dir)
     resolved = {
         kind: sources.resolve(kind, name, data_dir, cache_dir, download, origin)
         for kind in NEEDS.get(name, ("cifar",))
@@ -243,4 +244,4 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
         "source_counts": {s: dict(zip(SOURCES, _counts(x.source, len(SOURCES)))) for s, x in splits},
         "format_version": cache.FORMAT_VERSION,
     }
-    return RoutingDataset(name, classes, train, test, description)
+    return RoutingDataset(name, classes, train, test, description, SOURCES)

@@ -12,6 +12,7 @@ import io
 import pickle
 import re
 import tarfile
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
@@ -41,7 +42,18 @@ LAYOUT_HELP = """\
 
 
 class LayoutError(ValueError):
-    """A file or folder looks like an accepted layout but cannot be read as one."""
+    """A file or folder looks like an accepted layout but cannot be read as one; the message
+    names the file and what is wrong with it."""
+
+
+def damage(error: BaseException) -> str:
+    """What a read error says about a file, in words: it is cut short, damaged, or unreadable."""
+    text = str(error) or type(error).__name__
+    if isinstance(error, EOFError) or "unexpected end of data" in text or "ended before" in text:
+        return f"is cut short ({text})"
+    if isinstance(error, (gzip.BadGzipFile, zlib.error)) or "CRC" in text or "invalid" in text.lower():
+        return f"is damaged ({text})"
+    return f"cannot be read ({text})"
 
 
 # --- MNIST IDX files -------------------------------------------------------------------
@@ -66,15 +78,16 @@ def read_idx(path: Path) -> np.ndarray:
     try:
         with opener(path, "rb") as f:
             data = f.read()
-    except (OSError, EOFError) as e:
-        raise LayoutError(f"{path}: cannot read ({e})") from e
+    except (OSError, EOFError, zlib.error) as e:
+        raise LayoutError(f"{path} {damage(e)}") from e
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
-        raise LayoutError(f"{path}: not an unsigned-byte IDX file")
+        raise LayoutError(f"{path} is not an unsigned-byte IDX file")
     ndim = data[3]
     shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     offset = 4 + 4 * ndim
     if len(data) - offset != int(np.prod(shape)):
-        raise LayoutError(f"{path}: header says {shape} but holds {len(data) - offset} bytes")
+        raise LayoutError(f"{path} is cut short or damaged: its header says {shape} but it holds "
+                          f"{len(data) - offset} bytes of data")
     return np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(shape)
 
 
@@ -178,15 +191,16 @@ def decode(data: bytes, kind: str, name: str) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as image:
             array = np.asarray(image.convert("L" if kind == "mnist" else "RGB"))
     except Exception as e:
-        raise LayoutError(f"{name}: cannot decode image ({e})") from e
+        raise LayoutError(f"{name} cannot be decoded as an image ({e})") from e
     pixels = array if kind == "mnist" else array.transpose(2, 0, 1)
     if pixels.shape != IMAGE_SHAPES[kind]:
         raise LayoutError(f"{name}: image is {pixels.shape}, expected {IMAGE_SHAPES[kind]}")
     return pixels
 
 
-def assemble_images(items: Iterable[tuple[str, str, str, bytes]], kind: str, where: str) -> dict:
-    """Decode ``(split, class, name, bytes)`` items into sorted, labelled uint8 arrays."""
+def assemble_images(items: Iterable[tuple[str, str, str, bytes]], kind: str, where: str, separator: str = ":") -> dict:
+    """Decode ``(split, class, name, bytes)`` items into sorted, labelled uint8 arrays; an image
+    is named ``where`` + ``separator`` + ``name`` in errors (a folder's path, an archive's member)."""
     classes = MNIST_CLASSES if kind == "mnist" else CIFAR10_CLASSES
     per_split: dict[str, list] = {s: [] for s in SPLITS}
     for split, cls, name, data in items:
@@ -199,7 +213,7 @@ def assemble_images(items: Iterable[tuple[str, str, str, bytes]], kind: str, whe
             raise LayoutError(f"{where}: no {split}/<class>/ images")
         entries.sort(key=lambda e: (e[0], e[1]))  # class order, then file name, as ImageFolder
         raw[f"{split}_images"] = torch.from_numpy(
-            np.stack([decode(data, kind, f"{where}:{name}") for _, name, data in entries])
+            np.stack([decode(data, kind, f"{where}{separator}{name}") for _, name, data in entries])
         )
         raw[f"{split}_labels"] = torch.tensor([label for label, _, _ in entries], dtype=torch.long)
     return raw
@@ -209,7 +223,7 @@ def _folder_items(root: Path) -> Iterator[tuple[str, str, str, bytes]]:
     for split in SPLITS:
         for path in sorted((root / split).glob("*/*")):
             if path.is_file() and image_member(path.relative_to(root).as_posix()):
-                yield split, path.parent.name, path.name, path.read_bytes()
+                yield split, path.parent.name, path.relative_to(root).as_posix(), path.read_bytes()
 
 
 def image_folder_files(root: Path) -> list[Path]:
@@ -220,7 +234,7 @@ def image_folder_files(root: Path) -> list[Path]:
 
 
 def read_image_folder(root: Path, kind: str) -> dict[str, torch.Tensor]:
-    return assemble_images(_folder_items(root), kind, str(root))
+    return assemble_images(_folder_items(root), kind, str(root), separator="/")
 
 
 def _tar_items(path: Path) -> Iterator[tuple[str, str, str, bytes]]:
@@ -238,15 +252,15 @@ def check_complete(tar: tarfile.TarFile, path: Path) -> None:
     end-of-archive block. A plain ``.tar`` cut between two members otherwise reads as a
     shorter, valid archive (compressed ones fail their own end-of-stream check)."""
     if tar.fileobj.tell() < tar.offset + tarfile.BLOCKSIZE:
-        raise LayoutError(f"{path}: the archive stops after {tar.offset} bytes without its end-of-archive "
-                          "marker, so it is truncated; copy or download it again")
+        raise LayoutError(f"{path} is cut short: the archive stops after {tar.offset} bytes without its "
+                          "end-of-archive marker")
 
 
 def read_image_tarball(path: Path, kind: str) -> dict[str, torch.Tensor]:
     try:
         return assemble_images(_tar_items(path), kind, str(path))
-    except (tarfile.TarError, OSError, EOFError) as e:
-        raise LayoutError(f"{path}: cannot read tarball ({e})") from e
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+        raise LayoutError(f"{path} {damage(e)}") from e
 
 
 def read_cifar_tarball(path: Path) -> dict[str, torch.Tensor]:
@@ -259,8 +273,8 @@ def read_cifar_tarball(path: Path) -> dict[str, torch.Tensor]:
                 if member.isfile() and name in CIFAR_BATCHES:
                     batches[name] = _unpickle_batch(tar.extractfile(member), f"{path}:{name}")
             check_complete(tar, path)
-    except (tarfile.TarError, OSError, EOFError) as e:
-        raise LayoutError(f"{path}: cannot read tarball ({e})") from e
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+        raise LayoutError(f"{path} {damage(e)}") from e
     return _join_batches(batches, str(path))
 
 

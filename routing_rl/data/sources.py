@@ -36,7 +36,15 @@ LAYOUT_RANK = {
 
 
 class DataNotFoundError(FileNotFoundError):
-    """No usable copy of a dataset was found, and none could be downloaded."""
+    """No usable copy of a dataset was found, and none could be downloaded.
+
+    Its message is one line: the problem (a named file cut short or damaged, or where nothing
+    was found) and the fix. ``details`` lists every place looked at, every unreadable copy and
+    the accepted layouts (what ``--verbose`` prints)."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
 
 
 @dataclass(frozen=True)
@@ -189,7 +197,7 @@ def resolve(kind: str, dataset: str, data_dir: Path | None, cache_dir: Path, all
                 problems.append(str(e))
         return None
 
-    download_note = "not tried (download=False / --no-download)"
+    download_note = "not tried (download off: --download false)"
     result = attempt([c for c in found if c.complete]) or attempt(find_candidates(downloads, kind))
     if result is None and allow_download:
         why = fetch.fetch(kind, downloads)
@@ -198,9 +206,8 @@ def resolve(kind: str, dataset: str, data_dir: Path | None, cache_dir: Path, all
     if result is None:
         result = attempt([c for c in found if not c.complete])
     if result is None:
-        raise DataNotFoundError(
-            not_found_message(kind, dataset, data_dir, data_dir_origin, downloads, download_note, problems)
-        )
+        raise DataNotFoundError(*not_found_message(kind, dataset, data_dir, data_dir_origin, downloads, download_note,
+                                                   problems))
     c = result.candidate
     result.info.update(
         found_in="download" if c.path.is_relative_to(downloads) else "data-dir",
@@ -216,22 +223,31 @@ def resolve(kind: str, dataset: str, data_dir: Path | None, cache_dir: Path, all
     return result
 
 
-def not_found_message(kind, dataset, data_dir, data_dir_origin, downloads, download_note, problems):
+def not_found_message(kind, dataset, data_dir, data_dir_origin, downloads, download_note, problems) -> tuple[str, str]:
+    """(the one-line message, the details) of a :class:`DataNotFoundError`."""
     if data_dir is None:
         looked = f"no data folder given (--data-dir DIR or ${DATA_DIR_ENV})"
+    elif data_dir.is_file():
+        looked = f"data folder {data_dir}{data_dir_origin} is a file, not a folder"
+    elif not data_dir.is_dir():
+        looked = f"data folder {data_dir}{data_dir_origin} does not exist"
     else:
-        exists = "" if data_dir.is_dir() else " (does not exist)"
-        looked = f"data folder {data_dir}{exists}{data_dir_origin}"
-    lines = [
-        f"No {KINDS[kind]} data found for dataset {dataset!r}.",
+        looked = f"data folder {data_dir}{data_dir_origin}"
+    if problems:
+        more = f" (and {len(problems) - 1} more unreadable copies: --verbose lists them)" if len(problems) > 1 else ""
+        line = (f"No readable {KINDS[kind]} data for dataset {dataset!r}: {problems[0]}{more}; "
+                "copy or download that file again")
+    else:
+        line = (f"No {KINDS[kind]} data found for dataset {dataset!r}: {looked}, nothing in the download cache "
+                f"{downloads}, torchvision download {download_note}; pass --data-dir DIR (or set ${DATA_DIR_ENV}) to "
+                f"a folder holding {KINDS[kind]} in an accepted layout (--verbose lists them)")
+    details = [
         "Looked in:",
         f"  - {looked}",
         f"  - download cache {downloads}",
         f"  - torchvision download: {download_note}",
-    ]
-    lines += [f"  - unreadable: {p}" for p in problems]
-    lines += [
-        f"Pass --data-dir DIR (or set ${DATA_DIR_ENV}) to a folder holding one of these layouts:",
+        *[f"  - unreadable: {p}" for p in problems],
+        "Accepted layouts:",
         layouts.LAYOUT_HELP,
     ]
-    return "\n".join(lines)
+    return line, "\n".join(details)

@@ -24,7 +24,7 @@ def evaluate(
     decide: Decide = argmax_decide,
     batch_size: int = 1000,
     classes: tuple[str, ...] | None = None,
-    sources: tuple[str, ...] = SOURCES,
+    sources: tuple[str, ...] | None = None,
     task=None,
 ) -> dict:
     """Route ``split`` through ``net`` in eval mode and summarise, JSON-ready.
@@ -32,13 +32,18 @@ def evaluate(
     Returns ``accuracy`` (fraction correct), ``mean_macs`` (MACs per example), ``k_cpt``,
     ``examples``, and per leaf: ``fraction`` of examples classified there, their
     ``accuracy`` (None where no example arrived), ``count``, and counts ``by_class`` and
-    ``by_source`` (names from ``classes`` and ``sources``, the dataset's names).
+    ``by_source`` (names from ``classes`` and ``sources``, the dataset's names; not given:
+    ``task``'s, else classes by number and the paper's :data:`~routing_rl.data.SOURCES`).
 
     A split of sequences (``images (N, T, ...)``) is routed clip by clip with ``task``'s
     memory (:func:`~routing_rl.training.episodes.run_episodes`; ``decide`` may then be a
     :class:`~routing_rl.training.episodes.FramePolicy`); every frame counts as an example, and
     the result also holds :func:`~routing_rl.training.episodes.episode_metrics`.
     """
+    if task is not None:
+        classes = task.classes if classes is None else classes
+        sources = task.sources if sources is None else sources
+    sources = SOURCES if sources is None else sources
     if split.frames > 1:
         if task is None:
             raise ValueError("a split of sequences is evaluated clip by clip, carrying the task's memory; pass task=")
