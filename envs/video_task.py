@@ -66,8 +66,9 @@ class VideoTask(RoutingTask):
             32×32 images with train and test splits.
         data_dir: where the named dataset's files are.
         download: whether a named dataset missing from ``data_dir`` may be downloaded.
-        train_examples, eval_examples: at most this many training and test clips are made
-            (None: ``train_clips`` and ``test_clips``); a run passes its caps.
+        train_examples: at most this many training clips are made (None: ``train_clips``); a
+            run passes its cap (:func:`~routing_rl.app.runs.task_for`).
+        eval_examples: at most this many test clips are made (None: ``test_clips``).
     """
 
     archs = ("video",)
