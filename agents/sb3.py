@@ -113,6 +113,8 @@ SB3_DEFAULTS = {
 HISTORY_FILE = "sb3_history.json"
 CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.zip"
+STAND_IN_ENVS = 8
+"""Envs of the stand-in vector env :func:`check_sb3_kwargs` builds SB3's model on."""
 PROBE_EXAMPLES = 64
 """Validation examples run through the net to tell a diverged feature network from a bug."""
 RUN_FILES = (HISTORY_FILE, MODEL_FILE, "best_model.zip", "evaluations.npz", "progress.csv", f"{CHECKPOINTS}/*_iterations.zip")
@@ -387,6 +389,67 @@ def sb3_kwargs(config: TrainConfig, n_envs: int) -> dict:
         kwargs["batch_size"] = max(1, n_steps * n_envs // 4)
     kwargs.update(config.sb3_kwargs)
     return kwargs
+
+
+def check_sb3_kwargs(config: TrainConfig) -> None:
+    """Raise ValueError in one line when SB3 refuses ``config``'s keyword arguments.
+
+    :meth:`TrainConfig.validate` has checked the names (against the algorithm's signature)
+    and the types and ranges of the common numbers, including those SB3 accepts and then
+    trains on silently (``batch_size`` 0, ``gamma`` NaN). Everything else SB3 checks itself
+    when it builds a model: ``policy_kwargs``' contents, ``train_freq``'s form, buffer classes.
+    Rather than copy those rules (and let the copy drift from SB3's), the algorithm is built
+    here on a tiny stand-in env (a 4-float observation, the routing envs' discrete action)
+    with the kwargs :func:`sb3_kwargs` would give it, and its error becomes the message:
+    a few milliseconds, before any folder is written. At most :data:`STAND_IN_ENVS` envs
+    stand in for ``n_envs`` (whose memory :func:`check_sb3_fits` checks later).
+    """
+    if config.agent not in SB3_AGENTS or not config.sb3_kwargs:
+        return
+    import warnings
+
+    import gymnasium as gym
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    class StandIn(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+    algorithm = {"dqn": DQN, "ppo": PPO, "a2c": A2C}[config.agent]
+    try:
+        with warnings.catch_warnings():  # e.g. PPO's note on batch sizes: about the stand-in's single env
+            warnings.simplefilter("ignore")
+            stand_ins = DummyVecEnv([StandIn] * min(config.n_envs, STAND_IN_ENVS))
+            algorithm("MlpPolicy", stand_ins, device="cpu", **copy.deepcopy(sb3_kwargs(config, config.n_envs)))
+    except Exception as error:  # SB3's and torch's own checks raise TypeError, ValueError, AssertionError, ...
+        raise ValueError(f"--sb3-kwargs {json.dumps(config.sb3_kwargs)}: SB3's {algorithm.__name__} refuses them "
+                         f"({type(error).__name__}: {_first_line(error)})") from None
+
+
+def check_sb3_fits(config: TrainConfig, task: RoutingTask, device: torch.device) -> None:
+    """Raise MemoryError, saying what would fit, when the SB3 agent's vector env or buffer
+    cannot fit: the ``n_envs`` examples in flight go through the net as one batch on
+    ``device`` (:func:`~routing_rl.training.footprint.check_fits` with ``--n-envs``); DQN's
+    replay buffer keeps two float32 observations per transition, PPO's and A2C's rollout
+    buffer one per env step, both in host memory."""
+    from routing_rl.training.footprint import FLOAT_BYTES, SUGGESTION_SHARE, available_bytes, check_fits
+
+    check_fits(config, lambda width: task.make_net(config.arch, width, config.dynamic_k_cpt), device,
+               batch_size=config.n_envs, flag="--n-envs")
+    observation = task.observation_layout(task.make_net(config.arch, config.width), config.dynamic_k_cpt)
+    floats = int(np.prod(observation.observation_space.shape))
+    kwargs = sb3_kwargs(config, config.n_envs)
+    if config.agent == "dqn":
+        rows, name, per_row = kwargs["buffer_size"], "replay buffer of buffer_size", 2 * floats * FLOAT_BYTES
+    else:
+        rows, name, per_row = kwargs["n_steps"] * config.n_envs, "rollout buffer of n_steps × n_envs", floats * FLOAT_BYTES
+    free = available_bytes(torch.device("cpu"))
+    if free is not None and rows * per_row > free:
+        gib = 2**30
+        raise MemoryError(f"out of memory: {config.agent}'s {name} = {rows} observations of {floats} floats needs about "
+                          f"{rows * per_row / gib:.3g} GiB, but the host has {free / gib:.3g} GiB free; lower "
+                          f"{'buffer_size' if config.agent == 'dqn' else 'n_steps'} in --sb3-kwargs or --n-envs to "
+                          f"at most {int(free * SUGGESTION_SHARE) // per_row} observations in all")
 
 
 def checkpoints(run_dir: Path) -> list[Path]:

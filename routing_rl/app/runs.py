@@ -5,24 +5,30 @@ A run directory holds::
     config.json       the TrainConfig, written once the run has checked everything it can
     cost.json         with --cost latency: the measured profile and each node's cost
     checkpoint.pt     written atomically every checkpoint_every iterations, at the end, on Ctrl-C
+    run.lock          while a process writes the run: its pid, host and start time (one writer per run)
     events.out.tfevents.*   TensorBoard
     metrics.json      the final evaluation on the test split (written last: its presence
                       means the run is complete)
 
 ``train(config)`` starts a run; ``train(resume=RUN_DIR)`` continues one from its checkpoint.
-Nothing is created or deleted before the config, the device, the data and the memory
-needed have been checked; ``overwrite`` then removes only the files a run writes
-(:func:`run_files`), never anything else in the folder.
+Nothing is created or deleted before the config (SB3 keyword arguments included), the
+device, the data, the memory needed and the cost model have been checked; then the process
+takes the run's lock (:class:`~routing_rl.core.lock.FolderLock`: a second start, ``--resume``
+or ``--overwrite`` of a live run is refused naming its owner, a dead owner's lock is taken
+over with a warning), and only then does ``overwrite`` remove the files a run writes
+(:func:`run_files`), never anything else in the folder and nothing through a symbolic link.
 
 Under ``torchrun`` (detected from its environment variables) every process trains its shard
-of each batch and only rank 0 creates the run directory and writes into it; every process
+of each batch and only rank 0 creates the run directory, locks it and writes into it; every process
 reads ``config.json`` and ``checkpoint.pt`` on ``--resume``, so across machines the logdir
 must be on a filesystem they share.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -35,6 +41,7 @@ import torch
 
 from routing_rl.core import devices
 from routing_rl.core.files import atomic_write_text, remove_stale_temporaries
+from routing_rl.core.lock import FolderLock, LockedError, describe, live_owner
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
 from routing_rl.training.footprint import check_fits
@@ -44,15 +51,19 @@ from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.task import RoutingTask, task_from_env
 from routing_rl.app.describe import summary
 from routing_rl.training.evaluate import evaluate
-from routing_rl.training.cost import COST_FILE, run_cost_model
+from routing_rl.training.cost import COST_FILE, run_cost_model, write_cost_model
 from routing_rl.training.monitor import Monitor
 from routing_rl.training.splits import RunError, training_splits
 
 CONFIG_FILE = "config.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.json"
+LOCK_FILE = "run.lock"
+"""Held by the process writing the run; not a result (see :func:`has_results`)."""
 RUN_FILES = (CONFIG_FILE, COST_FILE, CHECKPOINT_FILE, METRICS_FILE, "events.out.tfevents.*")
 """What every run writes into its folder (glob patterns); SB3 runs add :data:`routing_rl.agents.sb3.RUN_FILES`."""
+CHECKPOINTS = "checkpoints"
+"""The run's subfolder (SB3 checkpoints); never followed when it is a symbolic link."""
 OUT_OF_MEMORY = ("can't allocate memory", "not enough memory", "out of memory")
 """How allocators other than CUDA's (CPU, MPS) word a failed allocation."""
 
@@ -111,10 +122,16 @@ def task_for(config: TrainConfig | dict) -> RoutingTask:
 
 
 def check_config(config: TrainConfig, task: RoutingTask) -> TrainConfig:
-    """``config`` validated against ``task`` (its archs; the task's default arch when none is given)."""
+    """``config`` validated against ``task`` (its archs; the task's default arch when none is
+    given), an SB3 agent's keyword arguments by SB3 itself."""
     if config.arch is None:
         config.arch = task.default_arch(config.agent)
-    return config.validate(task.all_archs(), task.static_archs())
+    config.validate(task.all_archs(), task.static_archs())
+    if config.agent in SB3_AGENTS:
+        from routing_rl.agents.sb3 import check_sb3_kwargs
+
+        check_sb3_kwargs(config)
+    return config
 
 
 def run_directory(config: TrainConfig) -> Path:
@@ -123,12 +140,14 @@ def run_directory(config: TrainConfig) -> Path:
     return Path(config.logdir) / name
 
 
-def check_new_run_directory(path: Path, overwrite: bool) -> None:
+def check_new_run_directory(path: Path, overwrite: bool, writer: bool = True) -> None:
     """Raise RunError unless a new run may be written to ``path`` (nothing is changed).
 
     An existing run is replaced only with ``overwrite``, except a failed start (a config.json
     and no checkpoint or metrics), which a new start under the same name replaces; a folder
-    that is not a run directory is never touched."""
+    that is not a run directory, or one a live process holds, is never touched. ``writer``:
+    whether this process will write the run (under torchrun only rank 0, whose lock the
+    others must not take for a stranger's)."""
     logdir = path.parent
     existing = next(p for p in (logdir, *logdir.parents) if p.exists() or p == p.parent)
     if not existing.is_dir():
@@ -139,40 +158,86 @@ def check_new_run_directory(path: Path, overwrite: bool) -> None:
         return
     if not path.is_dir():
         raise RunError(f"{path} exists and is a file, not a run directory; choose another --run-name")
-    if not any(path.iterdir()):
+    if writer:
+        check_not_in_use(path)
+    if not any(p.name != LOCK_FILE for p in path.iterdir()):
         return
     if not (path / CONFIG_FILE).is_file():
         raise RunError(f"{path} exists and is not a run directory (no {CONFIG_FILE}); routing-rl will not touch it: "
                        "choose another --run-name or --logdir")
+    if (path / CHECKPOINTS).is_symlink():
+        raise RunError(f"{path / CHECKPOINTS} is a symbolic link (to {os.readlink(path / CHECKPOINTS)}); routing-rl "
+                       "deletes nothing through links: remove the link yourself, or choose another --run-name")
+    if (path / METRICS_FILE).is_file() and not overwrite:
+        raise RunError(f"run directory {path} already exists and holds a finished run; pass --overwrite to replace it, or another --run-name")
     if has_results(path) and not overwrite:
-        raise RunError(f"run directory {path} already exists; pass --resume {path} to continue it, --overwrite to "
-                       "replace it, or another --run-name")
+        raise RunError(f"run directory {path} already exists and holds an unfinished run; pass --resume {path} to continue it, "
+                       "--overwrite to replace it, or another --run-name")
+
+
+def check_not_in_use(run_dir: Path) -> None:
+    """Raise RunError naming the owner when a live process holds ``run_dir``'s lock."""
+    owner = live_owner(Path(run_dir) / LOCK_FILE)
+    if owner is not None:
+        raise RunError(in_use(run_dir, f"in use by process {describe(owner)}"))
+
+
+def in_use(run_dir: Path, why: str) -> str:
+    return (f"run directory {run_dir} is {why}; wait for that run to finish or stop it (delete {LOCK_FILE} "
+            "only if that process is gone)")
+
+
+def lock_run(run_dir: Path) -> FolderLock:
+    """Take ``run_dir``'s lock (creating the folder): RunError naming the owner of a live one."""
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        return FolderLock(Path(run_dir) / LOCK_FILE).acquire()
+    except LockedError as error:
+        if error.owner is None:
+            raise RunError(str(error)) from None
+        raise RunError(in_use(run_dir, f"in use by process {describe(error.owner)}")) from None
+    except OSError as error:
+        raise RunError(f"cannot write the run directory {run_dir}: {error.strerror or error}; choose another --logdir") from None
 
 
 def has_results(run_dir: Path) -> bool:
     """Whether a run directory holds anything a run trained: a checkpoint or metrics."""
+    from routing_rl.agents.sb3 import latest_checkpoint
+
     run_dir = Path(run_dir)
-    return (run_dir / CHECKPOINT_FILE).is_file() or (run_dir / METRICS_FILE).is_file() or any(run_dir.glob("checkpoints/*_steps.zip"))
+    return ((run_dir / CHECKPOINT_FILE).is_file() or (run_dir / METRICS_FILE).is_file()
+            or (not (run_dir / CHECKPOINTS).is_symlink() and latest_checkpoint(run_dir) is not None))
+
+
+def run_folders(run_dir: Path) -> list[Path]:
+    """``run_dir`` and its ``checkpoints`` subfolder, unless that is a symbolic link (whose
+    target lies outside the run: never cleaned)."""
+    run_dir = Path(run_dir)
+    return [run_dir] + ([run_dir / CHECKPOINTS] if not (run_dir / CHECKPOINTS).is_symlink() else [])
 
 
 def run_files(run_dir: Path) -> list[Path]:
-    """The files in ``run_dir`` that runs write, and nothing else."""
+    """The files in ``run_dir`` that runs write, and nothing else: none reached through a
+    symbolic link to a folder; a run file that is itself a link is listed (unlinking it
+    removes the link, not its target)."""
     from routing_rl.agents.sb3 import RUN_FILES as SB3_RUN_FILES
 
     run_dir = Path(run_dir)
-    return sorted({p for pattern in (*RUN_FILES, *SB3_RUN_FILES) for p in run_dir.glob(pattern) if p.is_file()})
+    folders = run_folders(run_dir)
+    return sorted({p for pattern in (*RUN_FILES, *SB3_RUN_FILES) for p in run_dir.glob(pattern)
+                   if p.parent in folders and (p.is_symlink() or p.is_file())})
 
 
 def create_run_directory(path: Path, config: TrainConfig) -> Path:
     """Empty ``path`` of an earlier run's files (see :func:`check_new_run_directory`), create
-    it and write ``config.json``."""
+    it and write ``config.json``. The caller holds the run's lock."""
     if path.is_dir():
         for file in run_files(path):
             file.unlink()
-        for folder in (path, path / "checkpoints"):
+        for folder in run_folders(path):
             remove_stale_temporaries(folder)
-        if (path / "checkpoints").is_dir() and not any((path / "checkpoints").iterdir()):
-            (path / "checkpoints").rmdir()
+        if path / CHECKPOINTS in run_folders(path) and (path / CHECKPOINTS).is_dir() and not any((path / CHECKPOINTS).iterdir()):
+            (path / CHECKPOINTS).rmdir()
     try:
         path.mkdir(parents=True, exist_ok=True)
         config.save(path / CONFIG_FILE)
@@ -252,11 +317,12 @@ def train(
         run_dir = Path(resume)
         config = read_run(run_dir, overrides)
         if (run_dir / METRICS_FILE).is_file():
-            print(f"{run_dir} is complete already ({METRICS_FILE}); nothing to resume", file=sys.stderr)
-            return json.loads((run_dir / METRICS_FILE).read_text())
+            return finished_metrics(run_dir)
         if not has_checkpoint(run_dir, config):
             raise RunError(f"{run_dir} has no {CHECKPOINT_FILE} to resume from; start it again without --resume")
         distributed, device = join_processes(config, resolve_device(config.device))
+        if distributed is None or distributed.is_main:
+            check_not_in_use(run_dir)
     else:
         if config is None:
             raise RunError("give a config to start a run, or a run directory to resume")
@@ -268,22 +334,53 @@ def train(
         run_dir = run_directory(config)
         if distributed is not None:  # the default name holds the time: rank 0's
             run_dir = distributed.broadcast(run_dir if distributed.is_main else None)
-        check_new_run_directory(run_dir, overwrite)
+        check_new_run_directory(run_dir, overwrite, writer=distributed is None or distributed.is_main)
     try:
-        return _train(config, run_dir, device, resume, distributed)
+        with contextlib.ExitStack() as held:  # the run's lock, once _train takes it
+            return _train(config, run_dir, device, resume, distributed, overwrite, held)
     finally:
         if distributed is not None:
             distributed.stop()
 
 
+def finished_metrics(run_dir: Path) -> dict:
+    """The metrics of a complete run (said on stderr); RunError naming a damaged file."""
+    path = Path(run_dir) / METRICS_FILE
+    try:
+        metrics = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+        raise RunError(f"{path} is damaged ({error}); the run finished: restore the file, or delete it and --resume "
+                       "to evaluate the last checkpoint again") from None
+    print(f"{run_dir} is complete already ({METRICS_FILE}); nothing to resume", file=sys.stderr)
+    return metrics
+
+
+def check_fits_all(config: TrainConfig, task: RoutingTask, device: torch.device, resident: int) -> None:
+    """MemoryError unless training, an SB3 agent's env and buffers, and a latency profile
+    measured here all fit (:func:`~routing_rl.training.footprint.check_fits`)."""
+    build = lambda width: task.make_net(config.arch, width, config.dynamic_k_cpt)  # noqa: E731
+    check_fits(config, build, device, resident)
+    if config.agent in SB3_AGENTS:
+        from routing_rl.agents.sb3 import check_sb3_fits
+
+        check_sb3_fits(config, task, device)
+    if config.cost == "latency" and config.latency_profile is None:
+        check_fits(config, build, device, batch_size=config.latency_batch or config.batch_size, flag="--latency-batch")
+
+
 def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Path | None,
-           distributed: Distributed | None) -> dict:
+           distributed: Distributed | None, overwrite: bool, held: contextlib.ExitStack) -> dict:
     torch.manual_seed(config.seed)
     task = task_for(config)
+    from routing_rl.agents.registry import build_net
+
     try:
         dataset, train_part, validation, test = prepare_data(config, task)
         on_device = train_part.images.nbytes if device.type != "cpu" else 0  # the trainer moves the split there
-        check_fits(config, lambda width: task.make_net(config.arch, width, config.dynamic_k_cpt), device, on_device)
+        check_fits_all(config, task, device, on_device)
+        # a latency profile of another net, or unreadable, is refused here, before anything is written
+        saved_cost = resume is not None and (run_dir / COST_FILE).is_file()  # a resumed run's own profile
+        cost = run_cost_model(config, build_net(config, task, device), run_dir if saved_cost else None)
     except (ValueError, MemoryError) as error:  # unknown dataset names, partial copies, too large: the user's to fix
         raise RunError(str(error)) from None
     from routing_rl.agents.registry import check_agent
@@ -293,18 +390,18 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
     except ValueError as error:  # what would fail after training fails now, before the run folder exists
         raise RunError(f"agent {config.agent} cannot train --arch {config.arch} of {config.env}: {error}") from None
     if distributed is None or distributed.is_main:
+        held.callback(lock_run(run_dir).release)
         if resume is None:
+            check_new_run_directory(run_dir, overwrite)  # again: another process may have written meanwhile
             create_run_directory(run_dir, config)
-        for folder in (run_dir, run_dir / "checkpoints"):
+        elif (run_dir / METRICS_FILE).is_file():  # finished while this process was checking
+            return finished_metrics(run_dir)
+        if config.cost == "latency" and not (run_dir / COST_FILE).is_file():
+            write_cost_model(run_dir / COST_FILE, cost)
+        for folder in run_folders(run_dir):
             remove_stale_temporaries(folder)
     if distributed is not None:  # the other processes wait for rank 0's folder
         distributed.broadcast(run_dir if distributed.is_main else None)
-    from routing_rl.agents.registry import build_net
-
-    try:
-        cost = run_cost_model(config, build_net(config, task, device), run_dir)
-    except ValueError as error:  # a latency profile of another net, or unreadable
-        raise RunError(str(error)) from None
     try:
         if config.agent in SB3_AGENTS:
             from routing_rl.agents.sb3 import train_sb3
@@ -321,7 +418,17 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
         raise RunError(str(error)) from None
     except NonFiniteLossError as error:
         raise RunError(f"{run_dir}: {error}") from None
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        raise RunError(f"no space left on device writing into {run_dir}; the checkpoints written are kept: free some "
+                       f"space, then --resume {run_dir}") from None
     except (torch.OutOfMemoryError, RuntimeError) as error:
+        if "without overflow" in str(error):  # a step size float32 cannot hold: the NaN guard's advice
+            sb3_lr = config.sb3_kwargs.get("learning_rate")
+            also = f" or learning_rate in --sb3-kwargs (now {sb3_lr:g})" if sb3_lr is not None else ""
+            raise RunError(f"{run_dir}: a training step overflowed float32 ({error}); lower --lr (now {config.lr:g}){also} "
+                           "and start again with --overwrite") from None
         if not isinstance(error, torch.OutOfMemoryError) and not any(m in str(error) for m in OUT_OF_MEMORY):
             raise
         raise RunError(f"out of memory while training in {run_dir} on {device}: lower --batch-size (now "
@@ -358,6 +465,18 @@ def node_link_figures(structure: dict):
         [(f"iteration {entry['iteration']}", structure, entry["evaluations"][0])])}
 
 
+def write_checkpoint(path: Path, state: dict) -> None:
+    """:func:`save_checkpoint`, a failed write (a full disk) a RunError that says the
+    previous checkpoint is kept (the write is atomic)."""
+    try:
+        save_checkpoint(path, state)
+    except OSError as error:
+        iteration, full = state["training_state"]["iteration"], error.errno == errno.ENOSPC
+        what = "no space left on device writing" if full else f"cannot write ({error.strerror or error})"
+        raise RunError(f"{what} checkpoint {iteration} to {path}; the previous checkpoint is kept: "
+                       f"{'free some space' if full else 'fix the disk'}, then --resume {path.parent}") from None
+
+
 def _train_learner(config, task, train_part, validation, test, run_dir, device, resume, cost, distributed=None):
     from routing_rl.agents.registry import make_learner
     from routing_rl.app.trainer import fit
@@ -383,7 +502,7 @@ def _train_learner(config, task, train_part, validation, test, run_dir, device, 
             validation,
             config,
             monitor,
-            save=(lambda ckpt: save_checkpoint(run_dir / CHECKPOINT_FILE, ckpt)) if writes else None,
+            save=(lambda ckpt: write_checkpoint(run_dir / CHECKPOINT_FILE, ckpt)) if writes else None,
             resume=checkpoint,
             after_validation=draw if writes else None,
             task=task,

@@ -21,8 +21,31 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    """``torch.save(state)`` to ``path``, atomically."""
-    atomic_write(path, lambda stream: torch.save(state, stream))
+    """``torch.save(state)`` to ``path``, atomically. A failed write (a full disk) raises its
+    own OSError: torch's zip writer would report it as ``RuntimeError: unexpected pos``."""
+
+    def write(stream) -> None:
+        failed: list[OSError] = []
+
+        class Recording:  # the file as torch's writer sees it, remembering why a write failed
+            def write(self, data) -> int:
+                try:
+                    return stream.write(data)
+                except OSError as error:
+                    failed.append(error)
+                    raise
+
+            def flush(self) -> None:
+                stream.flush()
+
+        try:
+            torch.save(state, Recording())
+        except RuntimeError:
+            if failed:
+                raise failed[0] from None
+            raise
+
+    atomic_write(path, write)
 
 
 def load_checkpoint(path: Path, map_location="cpu") -> dict:

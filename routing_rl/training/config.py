@@ -77,13 +77,22 @@ PRESET_VALUES: dict[str, dict] = {
 
 
 RUN_NAME_HINT = "one folder name: not empty, '.' or '..', without / or \\"
+NAME_BYTES = 255
+"""The longest file name (in UTF-8 bytes) common filesystems allow (ext4, XFS, APFS, NTFS)."""
+MAX_SEED = 2**63 - 1
+"""Seeds go to ``torch.manual_seed``, which keeps 64 bits: seed 2⁶³ + s would alias seed s's run."""
+SB3_MAX_SEED = 2**32 - 2
+"""SB3 seeds NumPy's legacy generator (32-bit seeds), the eval env with ``seed + 1``."""
+FLOAT32_MAX = 3.4028234663852886e38
+"""The weights are float32: SGD cannot apply a step size beyond this (it overflows inside
+``SGD.step``), so ``lr`` is refused above it; below it, a too-large ``lr`` is caught by the NaN guard."""
 KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a JSON object"}
 _POSITIVE = ((0, False), (math.inf, False), "a finite number > 0")
 _NON_NEGATIVE = ((0, True), (math.inf, False), "a finite number >= 0")
 _COUNT = ((1, True), (math.inf, False), "a positive integer")
 RANGES = {  # field: ((low, inclusive), (high, inclusive), what to say)
     "width": _COUNT, "n_envs": _COUNT, "iterations": _COUNT, "batch_size": _COUNT, "eval_every": _COUNT, "checkpoint_every": _COUNT,
-    "eval_examples": _COUNT, "train_examples": _COUNT, "seed": ((0, True), (math.inf, False), "an integer >= 0"),
+    "eval_examples": _COUNT, "train_examples": _COUNT, "seed": ((0, True), (MAX_SEED, True), "an integer in 0 ... 2**63 - 1"),
     "lr": _POSITIVE, "lr_half_life": _POSITIVE, "tau": _POSITIVE, "tau_half_life": _POSITIVE,
     "epsilon_half_life": _POSITIVE, "k_dec": _NON_NEGATIVE, "k_ure": _NON_NEGATIVE, "k_l2": _NON_NEGATIVE,
     "momentum": ((0, True), (1, False), "in [0, 1)"),
@@ -92,6 +101,41 @@ RANGES = {  # field: ((low, inclusive), (high, inclusive), what to say)
     "probability_floor": ((0, False), (1, False), "in (0, 1), so that no path has zero probability"),
     "validation_fraction": ((0, False), (1, False), "in (0, 1)"),
 }
+_SHARE = ((0, True), (1, True), "in [0, 1]")
+SB3_RANGES = {  # SB3 keyword argument: range, as RANGES; SB3 accepts some of these out of range and trains on
+    "learning_rate": _POSITIVE, "gamma": _SHARE, "gae_lambda": _SHARE, "ent_coef": _NON_NEGATIVE,
+    "vf_coef": _NON_NEGATIVE, "max_grad_norm": _POSITIVE, "clip_range": _POSITIVE, "clip_range_vf": _POSITIVE,
+    "target_kl": _POSITIVE, "rms_prop_eps": _POSITIVE, "tau": ((0, False), (1, True), "in (0, 1]"),
+    "exploration_fraction": _SHARE, "exploration_initial_eps": _SHARE, "exploration_final_eps": _SHARE,
+    "batch_size": _COUNT, "buffer_size": _COUNT, "n_steps": _COUNT, "n_epochs": _COUNT, "target_update_interval": _COUNT,
+    "stats_window_size": _COUNT, "train_freq": _COUNT, "learning_starts": ((0, True), (math.inf, False), "an integer >= 0"),
+    "verbose": ((0, True), (2, True), "0, 1 or 2"),
+    "gradient_steps": ((-1, True), (math.inf, False), "a positive integer, or -1 (as many as the env steps taken)"),
+    "sde_sample_freq": ((-1, True), (math.inf, False), "a positive integer, or -1 (only at the start of a rollout)"),
+}
+SB3_INTEGERS = {"batch_size", "buffer_size", "n_steps", "n_epochs", "target_update_interval", "stats_window_size",
+                "train_freq", "learning_starts", "verbose", "gradient_steps", "sde_sample_freq"}
+SB3_NULLABLE = {"clip_range_vf", "target_kl", "policy_kwargs", "replay_buffer_kwargs", "rollout_buffer_kwargs"}
+SB3_FLAGS = {"normalize_advantage", "use_sde", "optimize_memory_usage", "use_rms_prop"}
+SB3_OBJECTS = {"policy_kwargs", "replay_buffer_kwargs", "rollout_buffer_kwargs"}
+SB3_RESERVED = {
+    "device": "set the device with --device, not in --sb3-kwargs",
+    "seed": "set the seed with --seed, not in --sb3-kwargs",
+    "tensorboard_log": "SB3 logs into the run directory already; drop tensorboard_log",
+    "_init_setup_model": "drop _init_setup_model",
+}
+"""SB3 keyword arguments the run sets itself."""
+
+
+def check_range(name: str, value, spec: tuple) -> None:
+    """Raise ValueError unless the number ``value`` lies in ``spec`` (an entry of :data:`RANGES`)."""
+    (low, low_in), (high, high_in), hint = spec
+    above = value >= low if low_in else value > low
+    below = value <= high if high_in else value < high
+    if not ((isinstance(value, int) or math.isfinite(value)) and above and below):
+        raise ValueError(f"{name} must be {hint}, got {value!r}")
+    if name.endswith(("lr", "learning_rate")) and value > FLOAT32_MAX:
+        raise ValueError(f"{name} must be at most {FLOAT32_MAX:.3g} (the weights are float32), got {value!r}")
 
 
 def check_run_name(name: str | None) -> None:
@@ -102,6 +146,9 @@ def check_run_name(name: str | None) -> None:
     separators = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
     if name in ("", ".", "..") or any(sep in name for sep in separators) or "\0" in name or name != name.strip():
         raise ValueError(f"run_name must be {RUN_NAME_HINT}, got {name!r}")
+    if len(name.encode()) > NAME_BYTES:
+        raise ValueError(f"run_name must be at most {NAME_BYTES} bytes (a file name's limit), got {len(name.encode())}: "
+                         "choose a shorter --run-name")
 
 
 @dataclass
@@ -260,14 +307,12 @@ class TrainConfig:
             raise ValueError("the actor needs the full tree (exact expectations); drop --execution=sampled")
         if self.sb3_kwargs:
             self._check_sb3_kwargs()
-        for name, (low, high, hint) in RANGES.items():
-            value = getattr(self, name)
-            if value is None:
-                continue
-            above = value >= low[0] if low[1] else value > low[0]
-            below = value <= high[0] if high[1] else value < high[0]
-            if not (math.isfinite(value) and above and below):
-                raise ValueError(f"{name} must be {hint}, got {value!r}")
+        for name, spec in RANGES.items():
+            if getattr(self, name) is not None:
+                check_range(name, getattr(self, name), spec)
+        if self.agent in SB3_AGENTS and self.seed > SB3_MAX_SEED:
+            raise ValueError(f"seed must be at most {SB3_MAX_SEED} for {self.agent} (SB3 seeds NumPy with 32 bits), "
+                             f"got {self.seed}")
         check_run_name(self.run_name)
         return self
 
@@ -286,6 +331,11 @@ class TrainConfig:
                                  + f", got {value!r}")
 
     def _check_sb3_kwargs(self) -> None:
+        """Names against the algorithm's signature, the ones the run sets itself
+        (:data:`SB3_RESERVED`), then types and ranges of the common ones (:data:`SB3_RANGES`):
+        SB3 trains on ``batch_size`` 0 or ``gamma`` NaN without a word. What SB3 does check,
+        it checks when the model is built: :func:`routing_rl.agents.sb3.check_sb3_kwargs`
+        builds one before the run starts."""
         if self.agent not in SB3_AGENTS:
             raise ValueError(f"sb3_kwargs configure the SB3 agents ({', '.join(SB3_AGENTS)}), not {self.agent!r}; drop --sb3-kwargs")
         import inspect
@@ -297,7 +347,26 @@ class TrainConfig:
         unknown = sorted(set(self.sb3_kwargs) - accepted)
         if unknown:
             raise ValueError(f"{self.agent.upper()} takes no keyword argument {', '.join(unknown)}; "
-                             f"choose among {', '.join(sorted(accepted))}")
+                             f"choose among {', '.join(sorted(accepted - set(SB3_RESERVED)))}")
+        for name, value in self.sb3_kwargs.items():
+            where = f"--sb3-kwargs {name}"
+            if name in SB3_RESERVED:
+                raise ValueError(f"{where}: {SB3_RESERVED[name]}")
+            if value is None and name in SB3_NULLABLE:
+                continue
+            if name in SB3_FLAGS and not isinstance(value, bool):
+                raise ValueError(f"{where} must be true or false, got {value!r}")
+            if name in SB3_OBJECTS and not isinstance(value, dict):
+                raise ValueError(f"{where} must be a JSON object" + (" or null" if name in SB3_NULLABLE else "")
+                                 + f", got {value!r}")
+            if name in SB3_RANGES and not (name == "train_freq" and isinstance(value, list)):  # [n, "step"]: SB3 checks
+                number = int if name in SB3_INTEGERS else (int, float)
+                if isinstance(value, bool) or not isinstance(value, number):
+                    raise ValueError(f"{where} must be {KIND_NAMES[int] if name in SB3_INTEGERS else KIND_NAMES[float]}, "
+                                     f"got {value!r}")
+                check_range(where, value, SB3_RANGES[name])
+                if name == "gradient_steps" and value == 0:
+                    raise ValueError(f"{where} must be {SB3_RANGES[name][2]}, got 0")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

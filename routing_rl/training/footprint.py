@@ -78,29 +78,34 @@ def available_bytes(device: torch.device) -> int | None:
     return None
 
 
-def check_fits(config: TrainConfig, build_net: Callable[[int], RoutedNet], device: torch.device, resident: int = 0) -> None:
+def check_fits(config: TrainConfig, build_net: Callable[[int], RoutedNet], device: torch.device, resident: int = 0,
+               batch_size: int | None = None, flag: str = "--batch-size") -> None:
     """Raise MemoryError, saying what would fit, when ``config``'s run of the net
     ``build_net(width)`` cannot fit on ``device``; ``resident``: bytes the run keeps there
-    besides the net and the batch (its training split)."""
+    besides the net and the batch (its training split). ``batch_size`` (default:
+    ``config.batch_size``) examples at once, set by the flag ``flag``: also the examples in
+    flight of an SB3 agent's vector env (``--n-envs``) or the batch a latency profile times
+    (``--latency-batch``; counted with gradients, so an upper bound)."""
     free = available_bytes(device)
     if free is None:
         return
     free -= resident
     need = estimate(build_net, config.dynamic_k_cpt)
-    width, batch_size = config.width, config.batch_size
+    width = config.width
+    batch_size = config.batch_size if batch_size is None else batch_size
     if need.total(width, batch_size) <= free:
         return
     gib = 2**30
-    what = (f"out of memory: --arch {config.arch} --width {width} --batch-size {batch_size} needs about "
+    what = (f"out of memory: --arch {config.arch} --width {width} {flag} {batch_size} needs about "
             f"{need.total(width, batch_size) / gib:.3g} GiB to train, but {device} has {free / gib:.3g} GiB free"
             + (f" besides the {resident / gib:.3g} GiB training split" if resident else ""))
     room = int(free * SUGGESTION_SHARE)
     if need.total(width, 1) <= room:
-        raise MemoryError(f"{what}; lower --batch-size to at most {(room - need.fixed(width)) // need.per_example(width)}")
+        raise MemoryError(f"{what}; lower {flag} to at most {(room - need.fixed(width)) // need.per_example(width)}")
     widest = 0
     for step in (2**k for k in reversed(range(width.bit_length()))):  # the widest width that fits this batch
         if widest + step < width and need.total(widest + step, batch_size) <= room:
             widest += step
     if widest:
         raise MemoryError(f"{what}; lower --width to at most {widest}")
-    raise MemoryError(f"{what}; lower --width to 1 and --batch-size to at most {(room - need.fixed(1)) // need.per_example(1)}")
+    raise MemoryError(f"{what}; lower --width to 1 and {flag} to at most {(room - need.fixed(1)) // need.per_example(1)}")
