@@ -184,13 +184,15 @@ class ThresholdLearner(SGDLearner):
 
     def evaluation_points(self, validation: Split) -> list[tuple[dict, float, Decide]]:
         """Three cost budgets between the first and the last head's cost, thresholds fitted on
-        ``validation`` for each: the baseline's accuracy/cost curve."""
+        ``validation`` for each: the baseline's accuracy/cost curve. Each point's fields hold
+        its ``validation_accuracy`` and ``validation_mean_macs``, to choose a budget on."""
         points = []
-        for budget in self.budget_grid(EVALUATION_BUDGETS + 2)[1:-1]:
-            thresholds = self.fit_thresholds(validation, budget)
-            fields = {"budget": budget, "budget_unit": self.cost.unit, "label": f"budget {budget:.3g} {self.cost.unit}"}
-            points.append((fields, float(self.config.k_cpt),
-                           self.threshold_decide(thresholds)))
+        for result in self.calibrate(validation, self.budget_grid(EVALUATION_BUDGETS + 2)[1:-1]):
+            budget = result["budget"]
+            self.thresholds = torch.tensor(result["thresholds"], dtype=torch.float64)
+            fields = {"budget": budget, "budget_unit": self.cost.unit, "label": f"budget {budget:.3g} {self.cost.unit}",
+                      "validation_accuracy": result["accuracy"], "validation_mean_macs": result["mean_macs"]}
+            points.append((fields, float(self.config.k_cpt), self.threshold_decide(self.thresholds)))
         return points
 
     def decide(self, k_cpt: float | None) -> Decide:

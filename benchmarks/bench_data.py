@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from timing import median_seconds
 
 from routing_rl.data import DATASETS, SOURCES, augment, load_dataset
+from routing_rl.data.datasets import PAPER_DATASETS
 from routing_rl.nets.multiscale import static
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,7 +99,7 @@ def time_loads(name: str, data_dir: Path) -> dict:
     }
 
 
-def run(device: torch.device = torch.device("cpu"), data_dir: str | Path | None = None, datasets=DATASETS) -> dict:
+def run(device: torch.device = torch.device("cpu"), data_dir: str | Path | None = None, datasets=PAPER_DATASETS) -> dict:
     data_dir = Path(data_dir) if data_dir else default_data_dir()
     result = {"device": str(device), "data_dir": str(data_dir)}
     if data_dir is not None:
@@ -114,7 +115,7 @@ def run(device: torch.device = torch.device("cpu"), data_dir: str | Path | None 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", help="default: $ROUTING_RL_DATA_DIR, else ../shared/datasets")
-    parser.add_argument("--datasets", nargs="*", default=list(DATASETS), choices=DATASETS)
+    parser.add_argument("--datasets", nargs="*", default=list(PAPER_DATASETS), choices=DATASETS)
     args = parser.parse_args()
     print(json.dumps(run(torch.device("cpu"), args.data_dir, args.datasets), indent=2))
 

@@ -32,6 +32,7 @@ BENCHMARKS = {
     "vecenv": "bench_vecenv",
     "latency": "bench_latency",
     "video": "bench_video",
+    "sweep": "bench_sweep",
 }
 
 

@@ -20,7 +20,8 @@ class ImageTask(RoutingTask):
     """32×32 colour images through the paper's multiscale nets (``static-N``, ``chain``, ``tree``).
 
     Args:
-        dataset: a name (``hybrid``, ``cifar10``, ``cifar2``, ``cifar5``, ``mnist``), loaded
+        dataset: a name (``hybrid``, ``cifar10``, ``cifar2``, ``cifar5``, ``mnist``, or a hybrid
+            variant of the task suite: ``hybrid-swap``, ...; :data:`routing_rl.data.DATASETS`), loaded
             from ``data_dir`` (default ``$ROUTING_RL_DATA_DIR``) on first use, or a
             :class:`~routing_rl.data.RoutingDataset` of 32×32 images already in memory.
         data_dir: where the named dataset's files are.

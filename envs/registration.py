@@ -28,6 +28,10 @@ ENV_DATASETS = {
     "routing_rl/CIFAR2Routing-v0": "cifar2",
     "routing_rl/CIFAR5Routing-v0": "cifar5",
     "routing_rl/MNISTRouting-v0": "mnist",
+    "routing_rl/HybridSwapRouting-v0": "hybrid-swap",  # the task suite's hybrid variants (docs/suite.md)
+    "routing_rl/HybridEvenRouting-v0": "hybrid-even",
+    "routing_rl/HybridTrainMixRouting-v0": "hybrid-train-mix",
+    "routing_rl/HybridHardDigitsRouting-v0": "hybrid-hard-digits",
 }
 
 

@@ -2,6 +2,13 @@
 
     python experiments/sweep.py --agents actor --k-cpts 0 4e-9 1.6e-8 --static 1 2 3 4 5 6 7 8 \
         --static-lr auto --preset cpu-small --logdir runs/hybrid --figures figures/hybrid
+    python experiments/sweep.py ... --workers 2            # two runs at a time, one thread each
+    python experiments/sweep.py ... --ray-address auto     # each run a task on a Ray cluster
+
+The runs train side by side on local worker processes (``--workers``, default: one per CPU
+core), or as Ray tasks (``--ray``); a run that fails is named with its error while the
+others finish, and the exit status is then 1. Stopped at any moment, the same command
+finishes the sweep.
 
 ``--static-lr auto`` chooses the static nets' learning rate on the validation split first
 (``--select-static-lr`` does only that and prints it).
@@ -13,17 +20,9 @@ from functools import partial
 from pathlib import Path
 
 from routing_rl.app.figures import check_out_folder, write_figures
-from routing_rl.app.sweep import LR_CANDIDATES, run_sweep, select_static_lr, sweep_configs
+from routing_rl.app.sweep import (LR_CANDIDATES, add_backend_arguments, backend, exit_status, run_sweep,
+                                  select_static_lr, static_lr_flag, sweep_configs)
 from routing_rl.core.memory import retain_freed_memory
-
-
-def static_lr_flag(text: str) -> float | str:
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
 def main() -> int:
@@ -46,28 +45,31 @@ def main() -> int:
     parser.add_argument("--device", default="auto", help="torch device (default: auto)")
     parser.add_argument("--logdir", default="runs", help="folder for the run directories (default: runs)")
     parser.add_argument("--figures", default=None, help="also write the figures of all runs to this folder")
+    add_backend_arguments(parser)
     args = parser.parse_args()
     retain_freed_memory()
     machine = dict(env=args.env, dataset=args.dataset, data_dir=args.data_dir, device=args.device, logdir=args.logdir)
-    try:
+
+    def sweep() -> int:
         if args.figures:  # before hours of training, not after
             check_out_folder(Path(args.figures), "--figures")
         static_lr = args.static_lr
         if args.select_static_lr or static_lr == "auto":
             log = partial(print, file=sys.stderr) if args.select_static_lr else print
+            trials = sweep_configs([], [], static_columns=[8], preset=args.preset, **machine)
             static_lr = select_static_lr(args.lr_candidates, args.lr_iterations, preset=args.preset,
-                                         seed=(args.seeds or [0])[0], log=log, **machine)
+                                         seed=(args.seeds or [0])[0], log=log, backend=backend(args, trials), **machine)
             if args.select_static_lr:
                 print(f"{static_lr:g}")
                 return 0
         configs = sweep_configs(args.agents, args.k_cpts, args.seeds, args.static, arch=args.arch, preset=args.preset,
                                 static_lr=static_lr, **machine)
-        run_dirs = run_sweep(configs)
+        run_dirs = run_sweep(configs, **backend(args, configs))
         if args.figures:
             print("\n".join(map(str, write_figures(run_dirs, args.figures))))
-    except ValueError as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
-    return 0
+        return 0
+
+    return exit_status(parser.prog, sweep)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,17 @@ def real_data_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    """A data folder holding tiny synthetic MNIST IDX files and CIFAR-10 pickles: enough for every dataset."""
+    from synthetic_data import write_cifar_pickles, write_mnist_idx
+
+    root = tmp_path_factory.mktemp("tiny-data")
+    write_mnist_idx(root / "MNIST" / "raw")
+    write_cifar_pickles(root / "cifar-10-batches-py")
+    return root
+
+
+@pytest.fixture(scope="session")
 def real_cache_dir(tmp_path_factory) -> Path:
     """One cache folder for every real-data test in the session, so each source is decoded once."""
     return tmp_path_factory.mktemp("routing-rl-cache")

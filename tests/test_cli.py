@@ -106,7 +106,8 @@ def test_sweep_skips_finished_runs_and_resumes_interrupted_ones(tiny_data, cache
     (run_dirs[1] / "metrics.json").unlink()
     log.clear()
     run_sweep(configs, log.append)
-    assert [line.split(": ")[1] for line in log if line.startswith("[")] == ["complete, skipped", "resuming", "complete, skipped"]
+    states = sorted(line.split(": ")[:2] for line in log if line.startswith("["))  # finished runs are named first
+    assert [state for _, state in states] == ["complete, skipped", "resuming", "complete, skipped"]
 
 
 def test_sweep_gives_static_nets_their_own_learning_rate():

@@ -1,6 +1,7 @@
 import pytest
 
-from routing_rl.app.report import exits_by_source, margin, markdown_report, static_accuracy_at, static_curve, targets
+from routing_rl.app.frontier import frontier_accuracy
+from routing_rl.app.report import exits_by_source, margin, markdown_report, static_curve, targets
 
 
 def point(series, accuracy, macs, run="r", k_cpt=None, label=""):
@@ -14,10 +15,10 @@ STATIC = [point("static nets", 0.80, 1e6, "s1"), point("static nets", 0.90, 3e6,
 def test_static_curve_is_linear_between_neighbours_and_flat_past_the_last():
     curve = static_curve(STATIC + [point("actor", 0.99, 2e6)])
     assert curve == [(1e6, 0.80), (3e6, 0.90), (7e6, 0.92)]
-    assert static_accuracy_at(curve, 2e6) == pytest.approx(0.85)
-    assert static_accuracy_at(curve, 5e6) == pytest.approx(0.91)
-    assert static_accuracy_at(curve, 9e6) == pytest.approx(0.92)
-    assert static_accuracy_at(curve, 0.5e6) is None
+    assert frontier_accuracy(curve, 2e6) == pytest.approx(0.85)
+    assert frontier_accuracy(curve, 5e6) == pytest.approx(0.91)
+    assert frontier_accuracy(curve, 9e6) == pytest.approx(0.92)
+    assert frontier_accuracy(curve, 0.5e6) is None
 
 
 def test_margin_is_in_accuracy_points():

@@ -23,13 +23,13 @@ from routing_rl.training.config import (
     TrainConfig,
     make_config,
 )
-from routing_rl.data import DataNotFoundError
+from routing_rl.data import DATASETS, DataNotFoundError
 
 HELP = {
     "agent": "learner: " + ", ".join(AGENTS) + " (critic: pragmatic-critic)",
     "policy": "training routing policy: " + ", ".join(POLICIES) + " (default: the agent's own)",
     "env": "routing task id: a routing_rl/ id, or PKG.MODULE:TaskId-v0 for a task your package registers (docs/plugins.md)",
-    "dataset": "the paper's dataset name (mnist, cifar10, cifar2, cifar5, hybrid) for its image envs; default: the env's",
+    "dataset": "dataset of the image envs: " + ", ".join(DATASETS) + " (the hybrid-* are the task suite's variants); default: the env's",
     "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent; a plug-in task names its own, and "
             "static-LEAF for the static agent (default: the task's: chain, static-8 for the static agent; a plug-in's "
             "first arch, its deepest static-LEAF for the static agent)",
@@ -64,6 +64,8 @@ HELP = {
     "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant)",
     "probability_floor": "smallest routing probability of any sink during training",
     "validation_fraction": "share of the training split held out for validation",
+    "validation_mix": "composition of the validation part: test (the test split's, by source and class, so that "
+                      "validation predicts test) or train (the training split's)",
     "eval_every": "iterations between validation evaluations",
     "eval_examples": "cap on validation and test examples (default: all)",
     "train_examples": "cap on training examples (default: all)",

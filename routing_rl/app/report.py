@@ -1,10 +1,11 @@
 """The reproduction report: every run's test points measured against the static nets.
 
-A routed net is judged the way the paper's Fig. 5 judges it: against the accuracy/MAC
-curve of the static nets, linear between neighbouring static points. ``margin`` is a
-point's accuracy minus the static curve's accuracy at the same mean MACs (in accuracy
-points, ×100); it is ``None`` left of the cheapest static net, where the curve says
-nothing. Right of the most expensive static net the curve is flat at that net's accuracy.
+A routed net is judged against the static frontier (:mod:`routing_rl.app.frontier`): the
+upper-left hull of the static nets' accuracy/MAC points, linear between its points, dominated
+static nets (a deeper net worse than a shallower one) left out. ``margin`` is a point's
+accuracy minus the frontier's accuracy at the same mean MACs (in accuracy points, ×100); it
+is ``None`` left of the cheapest static net, where the frontier says nothing. Right of the
+most accurate static net the frontier is flat at that net's accuracy.
 
 ``markdown_report(runs, points)`` writes the table of the closing notes: accuracy, MACs and margin
 of every point, the two targets of the reproduction, and for every routed net how many
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from routing_rl.app.frontier import frontier_margin, static_frontier
 from routing_rl.data import SOURCES
 
 STATIC_SERIES = "static nets"
@@ -23,32 +25,20 @@ STATIC_SERIES = "static nets"
 
 
 def static_curve(points: Sequence[dict]) -> list[tuple[float, float]]:
-    """(mean MACs, accuracy) of the static nets' points, in order of MACs."""
-    return sorted((p["mean_macs"], p["accuracy"]) for p in points if p["series"] == STATIC_SERIES)
-
-
-def static_accuracy_at(curve: Sequence[tuple[float, float]], macs: float) -> float | None:
-    """The static curve's accuracy at ``macs`` MACs per example (see the module docstring)."""
-    if not curve or macs < curve[0][0]:
-        return None
-    for (left_macs, left_acc), (right_macs, right_acc) in zip(curve, curve[1:]):
-        if macs <= right_macs:
-            share = (macs - left_macs) / (right_macs - left_macs) if right_macs > left_macs else 1.0
-            return left_acc + share * (right_acc - left_acc)
-    return curve[-1][1]
+    """The static frontier of the static nets' points: (mean MACs, accuracy), in order of MACs."""
+    return static_frontier((p["mean_macs"], p["accuracy"]) for p in points if p["series"] == STATIC_SERIES)
 
 
 def margin(curve: Sequence[tuple[float, float]], point: dict) -> float | None:
-    """Accuracy points (×100) above the static curve at the point's MACs."""
-    static = static_accuracy_at(curve, point["mean_macs"])
-    return None if static is None else 100 * (point["accuracy"] - static)
+    """Accuracy points (×100) above the static frontier at the point's MACs."""
+    return frontier_margin(curve, point["accuracy"], point["mean_macs"])
 
 
 def targets(points: Sequence[dict], series: str = "actor") -> dict:
     """The reproduction's two targets for the points of every series named ``series...``
     (fixed and dynamic-k_cpt nets alike).
 
-    ``all_above``: every point lies above the static curve. ``cheap_match``: the points
+    ``all_above``: every point lies above the static frontier. ``cheap_match``: the points
     (``run`` or ``run@k_cpt`` for dynamic nets) within 0.5 accuracy point of the best static
     net at no more than half its MACs.
     """
@@ -94,7 +84,7 @@ def markdown_report(runs: Sequence[dict], points: Sequence[dict], task: str = ""
     """
     curve = static_curve(points)
     lines = [f"Task: {task}.", ""] if task else []
-    lines += ["| series | run | point | test accuracy | mean MACs | vs static curve (pts) |", "|---|---|---|---|---|---|"]
+    lines += ["| series | run | point | test accuracy | mean MACs | vs static frontier (pts) |", "|---|---|---|---|---|---|"]
     for p in sorted(points, key=lambda p: (p["series"], p["mean_macs"])):
         m = margin(curve, p)
         static = p["series"] == STATIC_SERIES
@@ -107,7 +97,7 @@ def markdown_report(runs: Sequence[dict], points: Sequence[dict], task: str = ""
         lines += [
             "",
             f"Best static net: {100 * best['accuracy']:.2f}% at {_macs(best['mean_macs'])} MACs.",
-            f"Every actor point (fixed and dynamic k_cpt) above the static curve: {'yes' if goal['all_above'] else 'no'}.",
+            f"Every actor point (fixed and dynamic k_cpt) above the static frontier: {'yes' if goal['all_above'] else 'no'}.",
             "Actor points within 0.5 pt of it at <= half its MACs: " + (", ".join(goal["cheap_match"]) or "none") + ".",
         ]
     routed = [run for run in runs if run["structure"]["junctions"]]

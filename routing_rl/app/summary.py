@@ -1,13 +1,18 @@
 """The one-screen summary ``experiments/train_agent.py`` prints when a run ends.
 
 Accuracy and mean MACs on the test split, where the test images of each source (MNIST
-digits, CIFAR images) leave the net, and, on hybrid, where the point stands against the
-static nets of the README's reproduction table (:data:`STATIC_REFERENCE`).
+digits, CIFAR images) leave the net, and where the point stands against the static frontier
+(:mod:`routing_rl.app.frontier`) of that task's static nets: those finished beside the run
+(same logdir, task, preset and seed), else, on hybrid, the README's reproduction table
+(:data:`STATIC_REFERENCE`).
 """
 
 from __future__ import annotations
 
-from routing_rl.app.report import static_accuracy_at
+import json
+from pathlib import Path
+
+from routing_rl.app.frontier import frontier_accuracy, static_frontier
 
 STATIC_REFERENCE = (
     ("static-1", 0.8782, 1.36e6),
@@ -40,26 +45,47 @@ def exits_line(evaluation: dict) -> list[str]:
     return lines
 
 
-def static_line(accuracy: float, mean_macs: float) -> str:
-    """The nearest static net of :data:`STATIC_REFERENCE` and the margin over their curve."""
-    name, reference_accuracy, reference_macs = min(STATIC_REFERENCE, key=lambda s: abs(s[2] - mean_macs))
-    curve = [(macs, acc) for _, acc, macs in STATIC_REFERENCE]
-    line = f"  nearest static net: {name} {100 * reference_accuracy:.2f}% at {reference_macs / 1e6:.2f}M MACs"
-    at = static_accuracy_at(curve, mean_macs)
-    if at is not None:
-        line += f"; static curve at {mean_macs / 1e6:.2f}M: {100 * at:.2f}%, this net {100 * (accuracy - at):+.2f} pts"
-    return line
+def static_beside(metrics: dict) -> list[tuple[str, float, float]]:
+    """(net, test accuracy, mean MACs) of the finished static runs in the run's logdir that
+    share its task (env and dataset), preset and seed."""
+    config, found = metrics["config"], []
+    same = ("env", "dataset", "preset", "seed")
+    for path in sorted(Path(metrics["run"]).parent.glob("*/metrics.json")):
+        try:
+            other = json.loads(path.read_text())
+            if other["agent"] == "static" and all(other["config"].get(k) == config.get(k) for k in same):
+                found.append((other["arch"], other["test_accuracy"], other["test_mean_macs"]))
+        except (OSError, ValueError, KeyError, TypeError):  # a run being written, or not a run: not a reference
+            continue
+    return found
 
 
-def summary_text(metrics: dict) -> str:
-    """The summary of a finished run's ``metrics.json`` content, a few lines per test point."""
+def static_line(accuracy: float, mean_macs: float, static: list[tuple[str, float, float]]) -> str:
+    """Where a point stands against the static frontier of ``static`` (net, accuracy, MACs)."""
+    frontier = static_frontier((macs, acc) for _, acc, macs in static)
+    names = [next(name for name, acc, macs in static if (macs, acc) == point) for point in frontier]
+    line = f"  static frontier ({', '.join(names)})"
+    at = frontier_accuracy(frontier, mean_macs)
+    if at is None:
+        return line + f": no static net as cheap as {mean_macs / 1e6:.2f}M MACs"
+    return line + f" at {mean_macs / 1e6:.2f}M MACs: {100 * at:.2f}%, this net {100 * (accuracy - at):+.2f} pts"
+
+
+def summary_text(metrics: dict, static: list[tuple[str, float, float]] | None = None) -> str:
+    """The summary of a finished run's ``metrics.json`` content, a few lines per test point;
+    ``static``: the (net, accuracy, MACs) to judge it against (default: see the module docstring)."""
     config = metrics["config"]
     policy = f", {config.get('policy') or 'default'} policy" if config["agent"] not in ("static", "threshold") else ""
     lines = [
         f"run {metrics['run']}: {metrics['agent']} on {metrics['arch']}{policy}, preset {config['preset']}, "
         f"{metrics['train_seconds']:.0f} s of training",
     ]
+    source = "the static runs beside this one"
+    if static is None:
+        static = static_beside(metrics)
     hybrid = isinstance(metrics.get("dataset"), dict) and metrics["dataset"].get("name") == "hybrid"
+    if not static and hybrid:
+        static, source = STATIC_REFERENCE, "README reproduction table, hybrid, preset cpu-small, seed 0"
     for evaluation in metrics["test"]:
         label = evaluation.get("label") or (f"k_cpt {evaluation['k_cpt']:g}" if evaluation.get("k_cpt") is not None else "")
         lines.append(
@@ -67,8 +93,8 @@ def summary_text(metrics: dict) -> str:
             + (f" ({label})" if label else "")
         )
         lines += exits_line(evaluation)
-        if hybrid:
-            lines.append(static_line(evaluation["accuracy"], evaluation["mean_macs"]))
-    if hybrid:
-        lines.append("  (static nets: README reproduction table, hybrid, preset cpu-small, seed 0)")
+        if static and metrics["agent"] != "static":
+            lines.append(static_line(evaluation["accuracy"], evaluation["mean_macs"], static))
+    if static and metrics["agent"] != "static":
+        lines.append(f"  (static nets: {source})")
     return "\n".join(lines)

@@ -4,16 +4,24 @@ Each run gets a deterministic name, ``{agent}-{arch}-k{k_cpt}-s{seed}``, so a sw
 twice finds its own runs: a run with ``metrics.json`` is skipped, a run with only a
 checkpoint is resumed, anything else starts fresh — and a run folder whose saved config is
 not the requested one is never taken for it (:func:`config_differences`).
+
+The runs are independent, so :func:`run_sweep` trains them side by side on local worker
+processes or on a Ray cluster (:mod:`routing_rl.app.workers`); a run that fails is reported
+with its one-line error while the others go on, and a sweep stopped at any moment (Ctrl-C,
+a killed process, a lost node) finishes by running it again.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from routing_rl.app.runs import METRICS_FILE, RunError, has_checkpoint, has_results, read_run, task_for, train
+from routing_rl.app.runs import METRICS_FILE, RunError, has_checkpoint, has_results, read_run, task_for
+from routing_rl.app.workers import default_workers, gpu_slots, in_this_process, local_workers, ray_tasks, uses_gpus
 from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, make_config
 
 LR_CANDIDATES = (0.1, 0.05, 0.02, 0.01)
@@ -21,6 +29,16 @@ LR_CANDIDATES = (0.1, 0.05, 0.02, 0.01)
 IGNORED_IN_COMPARISON = (*RESUME_OVERRIDES, "logdir")
 """Fields that may differ between a saved run and the requested one: the machine's, and
 the logdir's spelling (the run folder is the same)."""
+
+
+def static_lr_flag(text: str) -> float | str:
+    """``--static-lr``: a learning rate, or ``auto`` to choose it with :func:`select_static_lr`."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
 def run_name(config: TrainConfig) -> str:
@@ -68,32 +86,84 @@ def config_differences(saved: TrainConfig, wanted: TrainConfig) -> list[str]:
             for name in want if name not in IGNORED_IN_COMPARISON and have[name] != want[name]]
 
 
-def run_sweep(configs: list[TrainConfig], log=print) -> list[Path]:
-    """Train every config not complete yet; returns every run directory, in order.
+class SweepError(RunError):
+    """Some runs of a sweep failed (each named with its one-line error); the others finished."""
 
-    Raises RunError when a run folder holds a run (a checkpoint or metrics) made with other
-    settings than the requested config: it is neither skipped nor resumed nor replaced.
+
+def plan(configs: Sequence[TrainConfig]) -> list[tuple[Path, str]]:
+    """``(run_dir, state)`` of every config, state ``complete``, ``resume`` or ``new``.
+
+    Raises RunError, before anything trains, when a run folder holds a run (a checkpoint or
+    metrics) made with other settings than its config: it is neither skipped nor resumed nor
+    replaced; or when two configs name the same run folder.
     """
-    run_dirs = []
-    for i, config in enumerate(configs, 1):
+    planned, seen = [], set()
+    for config in configs:
         run_dir = Path(config.logdir) / config.run_name
-        run_dirs.append(run_dir)
+        if run_dir.resolve() in seen:
+            raise RunError(f"two runs of the sweep would share {run_dir}; give them different names or logdirs")
+        seen.add(run_dir.resolve())
         if has_results(run_dir):
             differences = config_differences(read_run(run_dir), config)
             if differences:
                 raise RunError(f"{run_dir} holds a run with other settings than asked ({'; '.join(differences)}); "
                                "move it away, or give another --logdir")
-        if (run_dir / METRICS_FILE).is_file():
-            log(f"[{i}/{len(configs)}] {config.run_name}: complete, skipped")
-            continue
-        if has_checkpoint(run_dir, config):
-            log(f"[{i}/{len(configs)}] {config.run_name}: resuming")
-            metrics = train(resume=run_dir)
+        state = "complete" if (run_dir / METRICS_FILE).is_file() else "resume" if has_checkpoint(run_dir, config) else "new"
+        planned.append((run_dir, state))
+    return planned
+
+
+def run_sweep(configs: list[TrainConfig], log=print, workers: int = 0, ray: bool | str = False,
+              runs_per_gpu: int = 1) -> list[Path]:
+    """Train every config not complete yet; returns every run directory, in order.
+
+    workers: 0 trains the runs one after another in this process (with its threads); N > 0
+    on N worker processes with one intra-op thread each; on GPUs (every device ``auto`` or
+    ``cuda``, CUDA available) ``runs_per_gpu`` runs share each GPU and ``workers`` defaults
+    to ``runs_per_gpu × #GPUs``. ray: True or a cluster address trains each run as a Ray task
+    (:func:`routing_rl.app.workers.ray_tasks`) instead. Runs finish alike on every backend
+    (:mod:`routing_rl.app.workers`).
+
+    Raises RunError before training anything when a run folder holds a run made with other
+    settings (:func:`plan`), and SweepError at the end, naming each failed run with its
+    one-line error, when some runs failed while the others trained to the end.
+    """
+    planned = plan(configs)
+    total = len(configs)
+    tasks = []
+    for i, (config, (run_dir, state)) in enumerate(zip(configs, planned)):
+        if state == "complete":
+            log(f"[{i + 1}/{total}] {config.run_name}: complete, skipped")
         else:
-            log(f"[{i}/{len(configs)}] {config.run_name}: training")
-            metrics = train(config, overwrite=True)
-        log(f"    test accuracy {metrics['test_accuracy']:.4f} at {metrics['test_mean_macs']:.3g} MACs")
-    return run_dirs
+            tasks.append((i, config))
+
+    def started(i: int) -> None:
+        log(f"[{i + 1}/{total}] {configs[i].run_name}: {'resuming' if planned[i][1] == 'resume' else 'training'}")
+
+    if not tasks:
+        outcomes = iter(())
+    elif ray:
+        outcomes = ray_tasks(tasks, None if ray is True else ray, runs_per_gpu, started)
+    elif workers == 0 and not (runs_per_gpu > 1 and uses_gpus(configs)):
+        outcomes = in_this_process(tasks, started=started)
+    else:
+        slots = gpu_slots(runs_per_gpu) if uses_gpus(configs) else [None]
+        count = workers or len(slots)
+        outcomes = local_workers(tasks, [slots[i % len(slots)] for i in range(min(count, len(tasks)) or 1)],
+                                 started=started)
+    failed = []
+    for i, outcome in outcomes:
+        name = configs[i].run_name
+        if "error" in outcome:
+            failed.append(f"{name} ({outcome['error']})")
+            log(f"[{i + 1}/{total}] {name}: failed: {outcome['error']}")
+        else:
+            log(f"    {name}: test accuracy {outcome['test_accuracy']:.4f} at "
+                f"{outcome['test_mean_macs']:.3g} MACs ({outcome['train_seconds']:.0f} s)")
+    if failed:
+        raise SweepError(f"{len(failed)} of {total} runs failed: {'; '.join(failed)}; the others are complete. "
+                         "Fix the cause and run the same command again: finished runs are skipped, the others resume")
+    return [run_dir for run_dir, _ in planned]
 
 
 def select_static_lr(
@@ -103,14 +173,16 @@ def select_static_lr(
     preset: str = "cpu-small",
     seed: int = 0,
     log=print,
+    backend: dict | None = None,
     **overrides,
 ) -> float:
     """The static nets' learning rate, chosen on the validation split (never the test split).
 
     ``static-{columns}`` is trained for ``iterations`` at each candidate, as runs named
     ``lrsel-static-{columns}-lr{lr:g}`` that :func:`run_sweep` skips or resumes like any
-    other; the candidate with the best final validation accuracy wins, a tie going to the
-    candidate listed first.
+    other (``backend``: :func:`run_sweep`'s ``workers``, ``ray``, ``runs_per_gpu``); the
+    candidate with the best final validation accuracy wins, a tie going to the candidate
+    listed first.
     """
     if not candidates:
         raise ValueError("give at least one learning rate to choose from")
@@ -122,10 +194,53 @@ def select_static_lr(
         config.run_name = f"lrsel-static-{columns}-lr{lr:g}"
         configs.append(config)
     accuracies = []
-    for run_dir in run_sweep(configs, log):
+    for run_dir in run_sweep(configs, log, **(backend or {})):
         history = json.loads((run_dir / METRICS_FILE).read_text())["history"]
         accuracies.append(history[-1]["evaluations"][0]["accuracy"])
     best = max(range(len(candidates)), key=lambda i: (accuracies[i], -i))
     log(f"static learning rate chosen on validation: {candidates[best]:g} "
         f"({', '.join(f'lr {lr:g}: {a:.4f}' for lr, a in zip(candidates, accuracies))})")
     return candidates[best]
+
+
+def add_backend_arguments(parser) -> None:
+    """The flags that choose where a sweep's runs train (:func:`backend`)."""
+    parser.add_argument("--workers", type=int, default=None,
+                        help="local worker processes, one intra-op thread and one run each (default: the CPU cores, or "
+                             "--runs-per-gpu x the GPUs; 0: one run after another in this process)")
+    parser.add_argument("--ray", action="store_true",
+                        help="train each run as a Ray task (pip install -e '.[ray]'): on the cluster RAY_ADDRESS names, "
+                             "else on a new local Ray instance; the logdir must be on a filesystem every node shares")
+    parser.add_argument("--ray-address", default=None, help="the Ray cluster to join: auto or HOST:PORT (implies --ray)")
+    parser.add_argument("--runs-per-gpu", type=int, default=1,
+                        help="runs that share one GPU (local workers and Ray alike; default: 1)")
+
+
+def backend(args, configs: Sequence[TrainConfig]) -> dict:
+    """:func:`run_sweep`'s ``workers``, ``ray`` and ``runs_per_gpu`` from the parsed flags."""
+    if args.workers is not None and args.workers < 0:
+        raise RunError(f"--workers must be 0 (this process) or a positive number of processes, got {args.workers}")
+    if args.runs_per_gpu < 1:
+        raise RunError(f"--runs-per-gpu must be a positive integer, got {args.runs_per_gpu}")
+    ray = args.ray_address or args.ray
+    if ray and args.workers is not None:
+        raise RunError("--workers is for local worker processes; with --ray, Ray places the runs (drop one of them)")
+    workers = default_workers(configs, args.runs_per_gpu) if args.workers is None else args.workers
+    return {"workers": workers, "ray": ray, "runs_per_gpu": args.runs_per_gpu}
+
+
+def exit_status(prog: str, body) -> int:
+    """``body()``'s exit status, with a sweep's failures as one line each: 1 when runs failed
+    (the others finished), 2 for bad input, 130 when interrupted (checkpoints are saved)."""
+    try:
+        return body()
+    except SweepError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 1
+    except ValueError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; the runs saved their checkpoints: run the same command again to finish",
+              file=sys.stderr)
+        return 130

@@ -66,7 +66,7 @@ def compare(run_dir: Path, device: torch.device, error_cost: str = "cross_entrop
     config, task, net, learned = load_run(run_dir, device)
     k_cpt = float(config.k_cpt) if not config.dynamic_k_cpt else 4e-9
     dataset = task.dataset()
-    _, validation = dataset.validation_split(config.validation_fraction, config.seed)
+    _, validation = dataset.validation_split(config.validation_fraction, config.seed, config.validation_mix)
     threshold, tried = baselines.tune_threshold(net, task, validation, k_cpt, error_kind=error_cost)
     policies = {
         f"learned ({config.agent})": learned,

@@ -10,6 +10,8 @@ SOURCES = ("mnist", "cifar")
 """The sources of the paper's datasets: ``Split.source`` of MNIST, CIFAR and hybrid
 examples holds an index into this tuple."""
 MNIST_SOURCE = SOURCES.index("mnist")
+VALIDATION_MIXES = ("test", "train")
+"""Compositions a validation part can have: the test split's, or the training split's."""
 CIFAR_SOURCE = SOURCES.index("cifar")
 
 
@@ -53,10 +55,11 @@ class Split:
 
 
 def stratified_indices(
-    labels: torch.Tensor, fraction: float, seed: int
+    labels: torch.Tensor, fraction: float, seed: int, counts: dict[int, int] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Split ``range(len(labels))`` into (rest, picked), picking ``round(fraction * n_c)`` of
-    each class ``c`` at random (seeded); both index lists sorted ascending."""
+    each class ``c`` at random (seeded), or ``counts[c]`` when given (none of a class it
+    leaves out); both index lists sorted ascending."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be in [0, 1], got {fraction}")
     generator = torch.Generator().manual_seed(seed)
@@ -64,12 +67,33 @@ def stratified_indices(
     picked = []
     for c in torch.unique(labels).tolist():
         idx = torch.nonzero(labels == c).flatten()
-        k = round(fraction * len(idx))
+        k = round(fraction * len(idx)) if counts is None else min(counts.get(c, 0), len(idx))
         picked.append(idx[torch.randperm(len(idx), generator=generator)[:k]])
     mask = torch.zeros(len(labels), dtype=torch.bool)
     if picked:
         mask[torch.cat(picked)] = True
     return torch.nonzero(~mask).flatten(), torch.nonzero(mask).flatten()
+
+
+def cells(split: Split, classes: int) -> torch.Tensor:
+    """``(N,)`` each example's (source, class) cell as one integer, ``source * classes + label``
+    (an episode's first frame's)."""
+    labels, source = (split.labels, split.source) if split.frames == 1 else (split.labels[:, 0], split.source[:, 0])
+    return source.cpu() * classes + labels.cpu()
+
+
+def composition_counts(train_cells: torch.Tensor, test_cells: torch.Tensor, fraction: float) -> dict[int, int]:
+    """How many examples of each (source, class) cell a validation part takes so that it has
+    the test split's composition: the largest part holding no more than ``fraction`` of any
+    cell of the training split, each cell's count ``round(size × its test share)``, at least
+    one where ``fraction`` of the cell rounds to one or more (tiny splits keep every cell)."""
+    train_n = torch.bincount(train_cells)
+    test_share = torch.bincount(test_cells, minlength=len(train_n)).double() / len(test_cells)
+    test_share = test_share[: len(train_n)]
+    present = (test_share > 0) & (train_n > 0)
+    size = float((fraction * train_n[present] / test_share[present]).min()) if bool(present.any()) else 0.0
+    return {c: max(round(size * float(test_share[c])), int(round(fraction * int(train_n[c])) >= 1))
+            for c in torch.nonzero(present).flatten().tolist()}
 
 
 @dataclass(frozen=True)
@@ -101,14 +125,27 @@ class RoutingDataset:
                 raise ValueError(f"dataset {self.name!r}: {split_name} source indices run from {int(source.min())} "
                                  f"to {int(source.max())}, but sources names {len(self.sources)}: {self.sources}")
 
-    def validation_split(self, fraction: float = 0.1, seed: int = 0) -> tuple[Split, Split]:
-        """(train_part, validation_part) of the training split, stratified by class and
-        deterministic in ``seed``. Tune on the validation part, never on ``test``."""
-        rest, picked = self.validation_indices(fraction, seed)
+    def validation_split(self, fraction: float = 0.1, seed: int = 0, mix: str = "train") -> tuple[Split, Split]:
+        """(train_part, validation_part) of the training split, deterministic in ``seed``. Tune
+        on the validation part, never on ``test``.
+
+        ``mix="train"``: ``fraction`` of every class (the training split's composition).
+        ``mix="test"``: the test split's composition, stratified by source and class
+        (:func:`composition_counts`; the examples it does not take stay in training), so that
+        validation accuracy predicts test accuracy where the two splits mix sources
+        differently (hybrid: ~1:6 digits:CIFAR in training, 1:1 in test).
+        """
+        rest, picked = self.validation_indices(fraction, seed, mix)
         return self.train.subset(rest), self.train.subset(picked)
 
-    def validation_indices(self, fraction: float = 0.1, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def validation_indices(self, fraction: float = 0.1, seed: int = 0, mix: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
         """The indices into the training split of :meth:`validation_split`'s two parts, so that
         a caller taking only some of them copies no more (a clip's first label stratifies)."""
-        labels = self.train.labels if self.train.frames == 1 else self.train.labels[:, 0]
-        return stratified_indices(labels, fraction, seed)
+        if mix not in VALIDATION_MIXES:
+            raise ValueError(f"unknown validation mix {mix!r}; choose one of {', '.join(VALIDATION_MIXES)}")
+        if mix == "train":
+            labels = self.train.labels if self.train.frames == 1 else self.train.labels[:, 0]
+            return stratified_indices(labels, fraction, seed)
+        train_cells = cells(self.train, len(self.classes))
+        counts = composition_counts(train_cells, cells(self.test, len(self.classes)), fraction)
+        return stratified_indices(train_cells, fraction, seed, counts)

@@ -1,4 +1,5 @@
-"""The five datasets of the paper, built from raw MNIST / CIFAR-10 pixels (FACTS.md, "Data").
+"""The five datasets of the paper, built from raw MNIST / CIFAR-10 pixels (FACTS.md, "Data"),
+and the hybrid variants of the task suite.
 
 - ``mnist``: digits resized 28→32 (bilinear), grey repeated over 3 channels.
 - ``cifar10``, ``cifar2`` (horse, other), ``cifar5`` (cat, dog, deer, horse, other):
@@ -7,11 +8,15 @@
   colours at least 0.3 apart, seeded) plus CIFAR-10 airplane, automobile, deer, frog, horse
   (gamma-decoded). Its test set holds the digits' test part plus, per CIFAR class, as many
   test images as the digit classes have on average (all 1,000 when MNIST is complete).
+- the variants (:data:`HYBRIDS`) change what makes hybrid easy: other classes
+  (``hybrid-swap``), a 1:1 training mix (``hybrid-even``), a test split in the training mix
+  (``hybrid-train-mix``), digits that are the hard half (``hybrid-hard-digits``).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import torch
@@ -21,22 +26,62 @@ from routing_rl.data import cache, sources
 from routing_rl.data.containers import CIFAR_SOURCE, MNIST_SOURCE, SOURCES, RoutingDataset, Split
 from routing_rl.data.layouts import CIFAR10_CLASSES, MNIST_CLASSES
 
-DATASETS = ("mnist", "cifar10", "cifar2", "cifar5", "hybrid")
 HYBRID_DIGITS = 5  # digits 0..4
 HYBRID_CIFAR = ("airplane", "automobile", "deer", "frog", "horse")
+GAMMA = 2.2
+MIN_COLOUR_DISTANCE = 0.3
+RECOLOUR_SEED = 0
+HYBRID_TEST_SEED = 0
+VARIANT_SEED = 1
+"""Seed of the variants' own draws (digit subsets, occlusions, noise); hybrid draws none."""
+IMAGE_SIZE = 32
+OCCLUSION = 10  # side of the square hiding part of a hard digit, pixels of 32
+LOW_CONTRAST = 0.8  # a hard digit's colours pulled this far from its mean colour
+NOISE = 0.03  # std of the Gaussian pixel noise on a hard digit, on the 0..1 scale
+
+
+@dataclass(frozen=True)
+class HybridSpec:
+    """How a hybrid is built: which digits and CIFAR classes, the training and test mixes,
+    and whether the digits are made hard.
+
+    ``even_train``: CIFAR training images subsampled to as many per class as the digit
+    classes have on average (a 1:1 mix instead of hybrid's ~1:6). ``test_mix``: ``even``
+    (half digits, half CIFAR, as the paper) or ``train`` (the training split's ratio).
+    ``digit_share``: the share of each digit class's training images kept.
+    ``hard_digits``: occluded, low-contrast, noisy digits (:func:`harden_digits`, :func:`fade_and_noise`)."""
+
+    summary: str
+    digits: tuple[int, ...] = tuple(range(HYBRID_DIGITS))
+    cifar: tuple[str, ...] = HYBRID_CIFAR
+    even_train: bool = False
+    test_mix: str = "even"
+    digit_share: float = 1.0
+    hard_digits: bool = False
+
+
+HYBRIDS = {
+    "hybrid": HybridSpec("the paper's hybrid"),
+    "hybrid-swap": HybridSpec("other classes: digits 5-9 and CIFAR bird, cat, dog, ship, truck",
+                              digits=(5, 6, 7, 8, 9), cifar=("bird", "cat", "dog", "ship", "truck")),
+    "hybrid-even": HybridSpec("a 1:1 digit:CIFAR training mix (hybrid's is ~1:6); the test split is that mix too",
+                              even_train=True),
+    "hybrid-train-mix": HybridSpec("hybrid's training split; a test split in its ~1:6 digit:CIFAR mix",
+                                   test_mix="train"),
+    "hybrid-hard-digits": HybridSpec("the digits are the hard half: occluded, faded, noisy, and half of "
+                                     "them kept for training", digit_share=0.5, hard_digits=True),
+}
+"""The hybrids by name: the paper's and the task suite's variants of it."""
+PAPER_DATASETS = ("mnist", "cifar10", "cifar2", "cifar5", "hybrid")
+DATASETS = PAPER_DATASETS + tuple(name for name in HYBRIDS if name not in PAPER_DATASETS)
 CLASSES = {
     "mnist": MNIST_CLASSES,
     "cifar10": CIFAR10_CLASSES,
     "cifar2": ("horse", "other"),
     "cifar5": ("cat", "dog", "deer", "horse", "other"),
-    "hybrid": MNIST_CLASSES[:HYBRID_DIGITS] + HYBRID_CIFAR,
+    **{name: tuple(MNIST_CLASSES[d] for d in spec.digits) + spec.cifar for name, spec in HYBRIDS.items()},
 }
-NEEDS = {"mnist": ("mnist",), "hybrid": ("mnist", "cifar")}  # the rest need only "cifar"
-GAMMA = 2.2
-MIN_COLOUR_DISTANCE = 0.3
-RECOLOUR_SEED = 0
-HYBRID_TEST_SEED = 0
-IMAGE_SIZE = 32
+NEEDS = {"mnist": ("mnist",), **{name: ("mnist", "cifar") for name in HYBRIDS}}  # the rest need only "cifar"
 
 
 def gamma_decode(pixels: torch.Tensor) -> torch.Tensor:
@@ -93,11 +138,12 @@ def _cifar_entry(raw: dict) -> dict:
     return entry
 
 
-def _hybrid_cifar_indices(labels: torch.Tensor, per_class: int | None, seed: int) -> torch.Tensor:
-    """Indices of the hybrid's CIFAR classes; at most ``per_class`` of each (seeded choice)."""
+def _hybrid_cifar_indices(labels: torch.Tensor, names: tuple[str, ...], per_class: int | None,
+                          seed: int) -> torch.Tensor:
+    """Indices of the CIFAR classes ``names``; at most ``per_class`` of each (seeded choice)."""
     generator = torch.Generator().manual_seed(seed)
     chosen = []
-    for name in HYBRID_CIFAR:
+    for name in names:
         idx = torch.nonzero(labels == CIFAR10_CLASSES.index(name)).flatten()
         if per_class is not None and per_class < len(idx):
             idx = idx[torch.randperm(len(idx), generator=generator)[:per_class]].sort().values
@@ -105,41 +151,113 @@ def _hybrid_cifar_indices(labels: torch.Tensor, per_class: int | None, seed: int
     return torch.cat(chosen).sort().values  # in source order
 
 
-def _hybrid_entry(mnist: dict, cifar: dict) -> dict:
+def _per_class_share(labels: torch.Tensor, indices: torch.Tensor, share: float,
+                     generator: torch.Generator) -> torch.Tensor:
+    """``round(share * n_c)`` (at least one) of ``indices`` per label ``c`` (seeded), in source order."""
+    if share >= 1:
+        return indices
+    kept = []
+    for c in labels[indices].unique().tolist():
+        idx = indices[labels[indices] == c]
+        kept.append(idx[torch.randperm(len(idx), generator=generator)[: max(1, round(share * len(idx)))]])
+    return torch.cat(kept).sort().values
+
+
+def harden_digits(grey: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``(N, 1, H, W)`` grey digits in [0, 1] → occluded ones: a square of
+    :data:`OCCLUSION` pixels at a uniform position, filled with one uniform grey level."""
+    n, _, height, width = grey.shape
+    out = grey.clone()
+    rows = torch.randint(0, height - OCCLUSION + 1, (n,), generator=generator).tolist()
+    cols = torch.randint(0, width - OCCLUSION + 1, (n,), generator=generator).tolist()
+    levels = torch.rand(n, generator=generator).tolist()
+    for i, (r, c, level) in enumerate(zip(rows, cols, levels)):
+        out[i, :, r : r + OCCLUSION, c : c + OCCLUSION] = level
+    return out
+
+
+def fade_and_noise(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Recoloured hard digits ``(N, 3, H, W)`` → their contrast cut to :data:`LOW_CONTRAST`
+    around each image's mean colour, plus Gaussian pixel noise of std :data:`NOISE`, clamped to [0, 1]."""
+    mean = images.mean(dim=(2, 3), keepdim=True)
+    faded = mean + LOW_CONTRAST * (images - mean)
+    return (faded + NOISE * torch.randn(images.shape, generator=generator)).clamp_(0, 1)
+
+
+def _test_sizes(spec: HybridSpec, digits: int, train_ratio: float, available: int) -> tuple[float, int | None]:
+    """(share of test digits kept, CIFAR test images per class) for ``spec.test_mix``:
+    ``even`` keeps every digit and as many CIFAR images per class as the digit classes have on
+    average; ``train`` keeps the training split's CIFAR:digit ratio with as many images as
+    the sources hold (``available``: CIFAR test images of the scarcest chosen class)."""
+    classes = len(spec.cifar)
+    if spec.test_mix == "even":
+        return 1.0, round(digits / classes)
+    if digits * train_ratio <= classes * available:
+        return 1.0, round(digits * train_ratio / classes)
+    return classes * available / (digits * train_ratio), None
+
+
+def _hybrid_entry(mnist: dict, cifar: dict, spec: HybridSpec) -> dict:
     generator = torch.Generator().manual_seed(RECOLOUR_SEED)
+    variant = torch.Generator().manual_seed(VARIANT_SEED)  # drawn from by the variants only
+    digit_label = torch.full((len(MNIST_CLASSES),), -1, dtype=torch.long)
+    digit_label[list(spec.digits)] = torch.arange(len(spec.digits))
     cifar_label = torch.tensor([
-        HYBRID_DIGITS + HYBRID_CIFAR.index(c) if c in HYBRID_CIFAR else -1 for c in CIFAR10_CLASSES
+        len(spec.digits) + spec.cifar.index(c) if c in spec.cifar else -1 for c in CIFAR10_CLASSES
     ])
-    entry, per_class = {}, None
+    entry, train_ratio = {}, 0.0
     for split in ("train", "test"):
-        digit = torch.nonzero(mnist[f"{split}_labels"] < HYBRID_DIGITS).flatten()
-        if split == "test":  # half digits, half CIFAR, as in the paper
-            per_class = round(len(digit) / len(HYBRID_CIFAR))
-        picked = _hybrid_cifar_indices(cifar[f"{split}_labels"], per_class, HYBRID_TEST_SEED)
+        labels = mnist[f"{split}_labels"]
+        digit = torch.nonzero(torch.isin(labels, torch.tensor(spec.digits))).flatten()
+        if split == "train":
+            digit = _per_class_share(labels, digit, spec.digit_share, variant)
+            per_class = round(len(digit) / len(spec.cifar)) if spec.even_train else None
+        else:  # as in the paper, half digits and half CIFAR unless the spec asks the training mix
+            available = min(int((cifar["test_labels"] == CIFAR10_CLASSES.index(c)).sum()) for c in spec.cifar)
+            share, per_class = _test_sizes(spec, len(digit), train_ratio, available)
+            digit = _per_class_share(labels, digit, share, variant)
+        picked = _hybrid_cifar_indices(cifar[f"{split}_labels"], spec.cifar, per_class, HYBRID_TEST_SEED)
         grey = resize_digits(mnist[f"{split}_images"][digit])
+        if spec.hard_digits:
+            grey = harden_digits(grey, variant)
         digits = recolour(grey, random_colour_pairs(len(digit), generator))
+        if spec.hard_digits:
+            digits = fade_and_noise(digits, variant)
         entry[f"{split}_images"] = torch.cat([digits, gamma_decode(cifar[f"{split}_images"][picked])])
         entry[f"{split}_labels"] = torch.cat(
-            [mnist[f"{split}_labels"][digit], cifar_label[cifar[f"{split}_labels"][picked]]]
+            [digit_label[labels[digit]], cifar_label[cifar[f"{split}_labels"][picked]]]
         )
         entry[f"{split}_source"] = torch.cat(
             [torch.full((len(digit),), MNIST_SOURCE), torch.full((len(picked),), CIFAR_SOURCE)]
         )
+        train_ratio = len(picked) / len(digit)
     entry["test_cifar_per_class"] = per_class
     return entry
 
 
-def _hybrid_rule(per_class: int) -> dict:
-    return {
-        "train_set": "all MNIST train digits 0-4 + all CIFAR-10 train images of the five classes",
-        "test_set": f"all MNIST test digits 0-4 + up to {per_class} CIFAR-10 test images per "
-                    f"class (as many as the digit classes have on average; seeded choice, "
-                    f"seed {HYBRID_TEST_SEED})",
+def _hybrid_rule(spec: HybridSpec, per_class: int | None) -> dict:
+    digits = "".join(map(str, spec.digits))
+    share = "" if spec.digit_share >= 1 else f" ({spec.digit_share:.0%} of each digit class, seeded)"
+    cifar_train = ("as many per class as the digit classes have on average (seeded choice)" if spec.even_train
+                   else "all")
+    cifar_test = "all" if per_class is None else f"up to {per_class} per class (seeded choice)"
+    rule = {
+        "variant": spec.summary,
+        "train_set": f"MNIST train digits {digits}{share} + CIFAR-10 train images of {', '.join(spec.cifar)}: "
+                     f"{cifar_train}",
+        "test_set": f"MNIST test digits {digits} + CIFAR-10 test images of those classes, {cifar_test}; "
+                    + ("half digits, half CIFAR" if spec.test_mix == "even" else "the training split's source mix")
+                    + f" (seed {HYBRID_TEST_SEED})",
         "order": "digits first, then CIFAR images, each in source order",
         "recolour": f"per digit two uniform RGB colours >= {MIN_COLOUR_DISTANCE} apart, "
                     f"black->first, white->second; torch.Generator seed {RECOLOUR_SEED}, "
                     "train digits then test digits",
     }
+    if spec.hard_digits:
+        rule["hard_digits"] = (f"a {OCCLUSION}x{OCCLUSION} square of one uniform grey level at a uniform place, "
+                               f"then contrast x{LOW_CONTRAST} around the image's mean colour and Gaussian noise of "
+                               f"std {NOISE}, clamped to 0..1 (seed {VARIANT_SEED})")
+    return rule
 
 
 def _splits(entry: dict, source: int, mapping: torch.Tensor | None = None) -> tuple[Split, Split]:
@@ -163,7 +281,7 @@ def check_contents(name: str, classes: tuple[str, ...], splits: dict[str, Split]
     for split, data in splits.items():
         counts = _counts(data.labels, len(classes))
         empty = [c for c, n in zip(classes, counts) if n == 0]
-        if name == "hybrid":
+        if name in HYBRIDS:
             empty += [f"{source} images" for source, n in zip(SOURCES, _counts(data.source, len(SOURCES))) if n == 0]
         if empty:
             raise ValueError(
@@ -180,13 +298,17 @@ def _build(name: str, resolved: dict, cache_dir: Path) -> tuple[Split, Split, di
     if name == "mnist":
         entry = cache.cached(cache_dir, "dataset-mnist", key, lambda: _mnist_entry(resolved["mnist"].raw()))
         return (*_splits(entry, MNIST_SOURCE), {})
-    if name == "hybrid":
+    if name in HYBRIDS:
+        spec = HYBRIDS[name]
         key["build"] += [HYBRID_CIFAR, MIN_COLOUR_DISTANCE, RECOLOUR_SEED, HYBRID_TEST_SEED]
+        if name != "hybrid":  # hybrid's key predates the variants; theirs adds every setting
+            key["build"] += [list(astuple(spec)[1:]), VARIANT_SEED, OCCLUSION,
+                             LOW_CONTRAST, NOISE]
         entry = cache.cached(
-            cache_dir, "dataset-hybrid", key,
-            lambda: _hybrid_entry(resolved["mnist"].raw(), resolved["cifar"].raw()),
+            cache_dir, f"dataset-{name}", key,
+            lambda: _hybrid_entry(resolved["mnist"].raw(), resolved["cifar"].raw(), spec),
         )
-        return (*_splits(entry, MNIST_SOURCE), _hybrid_rule(entry["test_cifar_per_class"]))
+        return (*_splits(entry, MNIST_SOURCE), _hybrid_rule(spec, entry["test_cifar_per_class"]))
     # cifar10, cifar2 and cifar5 share one cache entry of gamma-decoded images
     entry = cache.cached(cache_dir, "images-cifar", key, lambda: _cifar_entry(resolved["cifar"].raw()))
     if name == "cifar10":
@@ -223,8 +345,10 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
     check_contents(name, classes, {"train": train, "test": test}, [str(r.candidate.path) for r in resolved.values()])
     found = {kind: r.info for kind, r in resolved.items()}
     seeds = {k: f["split_seed"] for k, f in found.items() if "split_seed" in f}
-    if name == "hybrid":
+    if name in HYBRIDS:
         seeds.update(recolour=RECOLOUR_SEED, hybrid_test_subset=HYBRID_TEST_SEED)
+        if name != "hybrid":
+            seeds.update(variant=VARIANT_SEED)
     preprocessing = []
     if "mnist" in resolved:
         channels = ", grey repeated over 3 channels" if name == "mnist" else ""

@@ -37,6 +37,7 @@ from pathlib import Path
 from routing_rl.core.costs import ERROR_COSTS
 from routing_rl.core.files import atomic_write_text
 from routing_rl.core.k_cpt import COSTS, DYNAMIC, check_k_cpt
+from routing_rl.data.containers import VALIDATION_MIXES
 from routing_rl.nets.multiscale import arch_names
 
 AGENTS = ("static", "actor", "pragmatic-critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
@@ -191,6 +192,7 @@ class TrainConfig:
     utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
     probability_floor: float = 1e-6
     validation_fraction: float = 0.1
+    validation_mix: str = "test"  # the validation part's composition: the test split's ("test") or the training split's
     eval_every: int = 250
     eval_examples: int | None = None  # None: the whole validation/test split
     train_examples: int | None = None  # None: the whole training split
@@ -301,6 +303,8 @@ class TrainConfig:
                 f"error_cost {self.error_cost!r} has no gradient for the heads to learn from; keep cross_entropy "
                 "(a critic can use --utility-error zero_one inside its utility)"
             )
+        if self.validation_mix not in VALIDATION_MIXES:
+            raise ValueError(f"unknown validation_mix {self.validation_mix!r}; choose one of {', '.join(VALIDATION_MIXES)}")
         if self.execution is not None and self.execution not in EXECUTIONS:
             raise ValueError(f"unknown execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
         if self.agent == "actor" and self.resolved_execution != "full":
@@ -377,6 +381,7 @@ class TrainConfig:
         if values.pop("extra", {}):  # earlier configs: SB3 settings, now n_envs and sb3_kwargs, counted env steps
             raise ValueError("this config was written before --n-envs and --sb3-kwargs, when SB3 iterations were "
                              "environment steps; start a new run")
+        values.setdefault("validation_mix", "train")  # configs written before it held out the training mix
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - known
         if unknown:

@@ -30,7 +30,7 @@ def evaluate(
     """Route ``split`` through ``net`` in eval mode and summarise, JSON-ready.
 
     Returns ``accuracy`` (fraction correct), ``mean_macs`` (MACs per example), ``k_cpt``,
-    ``examples``, and per leaf: ``fraction`` of examples classified there, their
+    ``examples``, ``source_accuracy`` (fraction correct per source present), and per leaf: ``fraction`` of examples classified there, their
     ``accuracy`` (None where no example arrived), ``count``, and counts ``by_class`` and
     ``by_source`` (names from ``classes`` and ``sources``, the dataset's names; not given:
     ``task``'s, else classes by number and the paper's :data:`~routing_rl.data.SOURCES`).
@@ -93,5 +93,7 @@ def summarise(net: RoutedNet, leaf: torch.Tensor, correct: torch.Tensor, macs: t
         "mean_macs": float(macs.double().mean()),
         "k_cpt": k_cpt,
         "examples": len(leaf),
+        "source_accuracy": {name: float(correct[source == i].double().mean())
+                            for i, name in enumerate(sources) if bool((source == i).any())},
         "leaves": per_leaf,
     }

@@ -29,11 +29,14 @@ from tqdm import tqdm
 
 def evaluation_scalars(evaluation: dict, prefix: str) -> dict[str, float]:
     """TensorBoard scalars for one evaluation: ``charts/{prefix}_accuracy``,
-    ``charts/{prefix}_mean_macs`` and ``routing/{prefix}_fraction/<leaf>``."""
+    ``charts/{prefix}_mean_macs``, ``charts/{prefix}_source_accuracy/<source>`` and
+    ``routing/{prefix}_fraction/<leaf>``."""
     scalars = {
         f"charts/{prefix}_accuracy": evaluation["accuracy"],
         f"charts/{prefix}_mean_macs": evaluation["mean_macs"],
     }
+    for source, accuracy in evaluation.get("source_accuracy", {}).items():
+        scalars[f"charts/{prefix}_source_accuracy/{source}"] = accuracy
     for leaf, summary in evaluation["leaves"].items():
         scalars[f"routing/{prefix}_fraction/{leaf}"] = summary["fraction"]
     return scalars

@@ -15,9 +15,10 @@ class RunError(ValueError):
 
 def training_splits(config: TrainConfig, dataset: RoutingDataset) -> tuple[Split, Split, Split]:
     """(train part, validation part, test) of ``dataset`` as the config asks: the validation
-    part held out of the training split, validation and test shuffled (seeded) and capped.
-    Only the examples kept are copied (a smoke run on a large dataset stays small)."""
-    rest, picked = dataset.validation_indices(config.validation_fraction, config.seed)
+    part held out of the training split (in the test split's composition by source and class,
+    or the training split's: ``config.validation_mix``), validation and test shuffled (seeded)
+    and capped. Only the examples kept are copied (a smoke run on a large dataset stays small)."""
+    rest, picked = dataset.validation_indices(config.validation_fraction, config.seed, config.validation_mix)
     if not len(picked) or not len(rest):
         raise RunError(
             f"a validation fraction of {config.validation_fraction} leaves {len(rest)} training and "

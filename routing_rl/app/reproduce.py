@@ -1,0 +1,705 @@
+"""The paper's experimental section (Section 5), claim by claim, from one sweep.
+
+    python experiments/reproduce_paper.py --figure hybrid --preset cpu-small --seeds 0 1 2
+    python experiments/reproduce_paper.py --figure all --dry-run          # the runs and their budget
+
+Each figure is a declarative list of :class:`Series` (static nets 1–8, or a learner at every
+k_cpt, with its settings: dataset, width, arch, k_dec, TALR). Every series becomes
+:func:`~routing_rl.app.sweep.sweep_configs` configs in its own folder of the logdir, named by
+dataset, width and the settings that differ from the defaults, so figures that share runs
+(the hybrid static nets, the CIFAR-10 actor) train them once. The sweep trains what is not
+complete (:func:`~routing_rl.app.sweep.run_sweep`: local workers or Ray), then for every
+figure this module draws the accuracy/MACs plot (one series per learner, seed means), the
+node-link diagrams and the routing heatmaps (:func:`~routing_rl.app.figures.write_figures`),
+and writes ``docs/reproduction.md``: per claim the paper's statement, the measured numbers
+per seed, and a verdict computed from them (:func:`verdict`), with the compute budget.
+
+**Verdicts.** A claim compares two quantities seed by seed (e.g. an actor point's accuracy
+minus the static frontier's at no more MACs). Over the seeds the difference has a mean and a
+standard error; the claim *holds* when the mean is more than two standard errors on the
+claimed side, *does not hold* when it is more than two standard errors on the other side,
+and is *not resolved at this scale* otherwise, or with fewer than two seeds, or when the
+runs it needs are missing. A claim of several parts holds when every part holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from routing_rl.app.figures import check_out_folder, write_figures
+from routing_rl.app.plots import accuracy_macs_figure
+from routing_rl.app.runs import METRICS_FILE, RunError, has_checkpoint
+from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, backend, exit_status,
+                                  run_sweep, select_static_lr, sweep_configs)
+from routing_rl.core.memory import retain_freed_memory
+from routing_rl.nets.multiscale import build
+from routing_rl.training.config import PRESET_VALUES, TrainConfig
+
+K_CPTS = (0.0, 4e-9, 1.6e-8, 6.4e-8)
+"""The k_cpt values of every learner series by default: every other one of the paper's eight
+(``K_CPT_VALUES``), from free computation to the dearest."""
+STATIC_COLUMNS = tuple(range(1, 9))
+HOLDS, FAILS, OPEN = "holds", "does not hold", "not resolved at this scale"
+CPU_SECONDS_PER_MAC = 0.235 / (128 * 20_551_424)
+"""Training time per MAC of full evaluation and example, one thread on the 2-core x86 CPU of
+the README (a static-8 step of batch 128 took 0.22–0.25 s, an actor-chain step the same)."""
+GPU_STEP_SECONDS = {"static": 0.0161, "chain": 0.0286}
+"""One H100 step at batch 128 (README: launch-bound, so about the same at every width);
+a tree's step is scaled by its column instances (47 against the chain's 8)."""
+TREE_OVER_CHAIN_LAUNCHES = 47 / 8
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series of a figure: static nets, or a learner at every k_cpt.
+
+    settings: config fields (dataset, width, arch, k_dec, talr, ...); k_cpt_scale: the
+    learner's k_cpt is the nominal one times this (capacity: ÷ width²); dynamic: one
+    dynamic-k_cpt net evaluated at every k_cpt instead of one net per k_cpt.
+    """
+
+    label: str
+    agent: str
+    settings: dict = field(default_factory=dict)
+    k_cpt_scale: float = 1.0
+    dynamic: bool = False
+
+    @property
+    def base(self) -> str:
+        """Dataset and width: the static nets of this base are the series' baseline."""
+        return f"{self.settings.get('dataset', 'hybrid')}-w{self.settings.get('width', 1)}"
+
+    @property
+    def folder(self) -> str:
+        """The logdir folder: the base and the settings that are not the defaults (the arch
+        is in the run name already)."""
+        defaults = TrainConfig()
+        name = self.base
+        for key, value in sorted(self.settings.items()):
+            if key not in ("dataset", "width", "arch") and value != getattr(defaults, key):
+                name += f"-{key.replace('_', '')}{value if not isinstance(value, bool) else ('on' if value else 'off')}"
+        return name
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper statement and the function that measures it: ``measure(results)`` returns
+    ``(verdict, reason, numbers)`` (:func:`verdict`, :func:`combine`)."""
+
+    statement: str
+    measure: Callable
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    title: str
+    series: tuple[Series, ...]
+    claims: tuple[Claim, ...]
+
+
+# ---------------------------------------------------------------- verdicts
+
+
+def verdict(differences: Sequence[float], claimed: str = "above", tolerance: float = 0.0) -> tuple[str, str]:
+    """The verdict on per-seed ``differences`` (accuracy points): ``claimed`` ``above`` (the
+    difference is > tolerance), ``below`` (< −tolerance), ``not below`` (≥ −tolerance) or
+    ``within`` (|difference| ≤ tolerance); see the module docstring. Returns (verdict, reason)."""
+    values = [d for d in differences if d is not None and math.isfinite(d)]
+    if not values:
+        return OPEN, "no runs to measure it on"
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return OPEN, f"{mean:+.2f} from one seed; a verdict needs two or more"
+    error = statistics.stdev(values) / math.sqrt(len(values))
+    low, high = mean - 2 * error, mean + 2 * error
+    said = f"{mean:+.2f} ± {error:.2f} (standard error, {len(values)} seeds)"
+    if claimed == "above":
+        yes, no = low > tolerance, high < tolerance
+    elif claimed == "below":
+        yes, no = high < -tolerance, low > -tolerance
+    elif claimed == "not below":
+        yes, no = low >= -tolerance, high < -tolerance
+    elif claimed == "within":
+        yes, no = -tolerance <= low and high <= tolerance, high < -tolerance or low > tolerance
+    else:
+        raise ValueError(f"unknown claim direction {claimed!r}")
+    if yes:
+        return HOLDS, said
+    if no:
+        return FAILS, said
+    return OPEN, said + ": within twice its standard error of the claim's boundary"
+
+
+def combine(parts: Sequence[tuple[str, str, str]]) -> tuple[str, str]:
+    """One verdict from (name, verdict, reason) parts: every part holds → holds; any does not → does not."""
+    verdicts = [v for _, v, _ in parts]
+    overall = HOLDS if verdicts and all(v == HOLDS for v in verdicts) else FAILS if FAILS in verdicts else OPEN
+    return overall, "; ".join(f"{name}: {v} ({reason})" for name, v, reason in parts)
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass
+class Point:
+    """One test evaluation of a finished run: series, seed, nominal k_cpt (None for static
+    nets), accuracy (0..1), mean MACs; ``run``: its metrics, ``evaluation``: this point's."""
+
+    series: Series
+    seed: int
+    k_cpt: float | None
+    accuracy: float
+    mean_macs: float
+    run: dict
+    evaluation: dict
+
+
+class Results:
+    """The finished runs of a figure, as points."""
+
+    def __init__(self, points: list[Point], missing: list[str]):
+        self.points, self.missing = points, missing
+
+    def of(self, series: Series, seed: int | None = None) -> list[Point]:
+        return [p for p in self.points if p.series == series and (seed is None or p.seed == seed)]
+
+    def seeds(self) -> list[int]:
+        return sorted({p.seed for p in self.points})
+
+    def frontier_margin(self, point: Point) -> float | None:
+        """Accuracy points above the static frontier of the point's dataset, width and seed: the
+        best static accuracy at no more MACs (None left of the cheapest static net)."""
+        static = [p for p in self.points if p.series.agent == "static" and p.series.base == point.series.base
+                  and p.seed == point.seed and p.mean_macs <= point.mean_macs]
+        return 100 * (point.accuracy - max(p.accuracy for p in static)) if static else None
+
+    def mean_margin(self, series: Series, seed: int, k_cpts: Sequence[float] | None = None) -> float | None:
+        """The series' mean margin over the static frontier at ``k_cpts`` (default: all)."""
+        margins = [self.frontier_margin(p) for p in self.of(series, seed) if k_cpts is None or p.k_cpt in k_cpts]
+        margins = [m for m in margins if m is not None]
+        return statistics.fmean(margins) if margins else None
+
+    def accuracy_at(self, series: Series, seed: int, k_cpt: float) -> float | None:
+        found = [p.accuracy for p in self.of(series, seed) if p.k_cpt == k_cpt]
+        return 100 * found[0] if found else None
+
+
+def read_results(planned: Sequence[tuple[Series, TrainConfig]], k_cpts: Sequence[float] = K_CPTS) -> Results:
+    """The points of the finished runs among ``planned``; the others are named as missing."""
+    points, missing = [], []
+    for series, config in planned:
+        path = Path(config.logdir) / config.run_name / METRICS_FILE
+        if not path.is_file():
+            missing.append(f"{series.folder}/{config.run_name}")
+            continue
+        run = json.loads(path.read_text())
+        for evaluation in run["test"]:
+            if series.agent == "static":
+                k_cpt = None
+            elif series.dynamic:
+                k_cpt = evaluation.get("k_cpt")
+            else:
+                k_cpt = nominal_k_cpt(series, config.k_cpt, k_cpts)
+            points.append(Point(series, config.seed, k_cpt, evaluation["accuracy"], evaluation["mean_macs"], run, evaluation))
+    return Results(points, missing)
+
+
+def nominal_k_cpt(series: Series, k_cpt: float, k_cpts: Sequence[float]) -> float:
+    """The figure's k_cpt (one of ``k_cpts``) of a run trained at ``k_cpt`` (capacity runs
+    train at k_cpt ÷ width²)."""
+    return min(k_cpts, key=lambda k: abs(k * series.k_cpt_scale - k_cpt))
+
+
+def per_seed(results: Results, value: Callable[[int], float | None]) -> list[float]:
+    return [v for v in (value(seed) for seed in results.seeds()) if v is not None]
+
+
+def _difference(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def paired(results: Results, measure: Callable, a: Series, b: Series) -> list[float]:
+    """Per seed, ``measure(a, seed) − measure(b, seed)``, over the seeds that have both."""
+    return per_seed(results, lambda seed: _difference(measure(a, seed), measure(b, seed)))
+
+
+# ---------------------------------------------------------------- the figures
+
+
+def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3)) -> dict[str, Figure]:
+    """Every figure of Section 5, by name."""
+    low, high = k_cpts[: max(1, len(k_cpts) // 2)], k_cpts[len(k_cpts) // 2:]
+    central = k_cpts[1:-1] or k_cpts
+
+    def static(**settings) -> Series:
+        return Series("static nets", "static", settings)
+
+    hybrid_static = static()
+    actor, pragmatic, optimistic = (Series("actor", "actor"), Series("pragmatic critic", "pragmatic-critic"),
+                                    Series("optimistic critic", "optimistic-critic"))
+    dynamic = Series("actor, dynamic k_cpt", "actor", dynamic=True)
+
+    def margins_above(results, learners):
+        parts = [(s.label, *verdict(per_seed(results, lambda seed, s=s: results.mean_margin(s, seed)))) for s in learners]
+        return (*combine(parts), {s.label: per_seed(results, lambda seed, s=s: results.mean_margin(s, seed)) for s in learners})
+
+    def deep_static_overfit(results):
+        def gap(seed):
+            acc = {p.run["arch"]: 100 * p.accuracy for p in results.of(hybrid_static, seed)}
+            shallow = [acc[f"static-{n}"] for n in range(1, 7) if f"static-{n}" in acc]
+            deep = [acc[f"static-{n}"] for n in (7, 8) if f"static-{n}" in acc]
+            return max(shallow) - max(deep) if shallow and deep else None
+        d = per_seed(results, gap)
+        return (*verdict(d), {"best of static-1..6 minus best of static-7, -8": d})
+
+    def learner_order(results):
+        gaps = {"actor − pragmatic critic": paired(results, results.mean_margin, actor, pragmatic),
+                "pragmatic − optimistic critic": paired(results, results.mean_margin, pragmatic, optimistic)}
+        return (*combine([(name, *verdict(d)) for name, d in gaps.items()]), gaps)
+
+    def dynamic_matches_fixed(results):
+        def gap(seed):
+            d = [_difference(results.accuracy_at(dynamic, seed, k), results.accuracy_at(actor, seed, k)) for k in central]
+            d = [x for x in d if x is not None]
+            return statistics.fmean(d) if d else None
+        d = per_seed(results, gap)
+        return (*verdict(d, "within", 1.0), {f"dynamic − fixed actor accuracy at k_cpt {', '.join(f'{k:g}' for k in central)}": d})
+
+    def shallow_early(results):
+        def growth(seed):
+            changes = []
+            for p in results.of(actor, seed):
+                history = p.run["history"]
+                if len(history) >= 2:
+                    first, last = history[0]["evaluations"][0], history[-1]["evaluations"][0]
+                    changes.append(100 * (last["mean_macs"] - first["mean_macs"]) / max(last["mean_macs"], 1))
+            return statistics.fmean(changes) if changes else None
+        d = per_seed(results, growth)
+        return (*verdict(d), {"validation MACs, last minus first evaluation (% of last)": d})
+
+    no_kdec = Series("actor, k_dec 0", "actor", {"k_dec": 0.0})
+
+    def kdec_needed(results):
+        d = paired(results, results.mean_margin, actor, no_kdec)
+        return (*verdict(d), {"actor (k_dec 0.01) − actor (k_dec 0), margin over the static frontier": d})
+
+    def not_implemented(results):
+        return OPEN, ("routing-rl treats d̂ as a constant inside c_mod (the paper's default) and has no option to "
+                      "regularise it, so this half of the claim is not measured"), {}
+
+    actor_off, pragmatic_off = (Series("actor, no TALR", "actor", {"talr": False}),
+                                Series("pragmatic critic, no TALR", "pragmatic-critic", {"talr": False}))
+
+    def talr_helps(results):
+        parts, numbers = [], {}
+        for on, off in ((actor, actor_off), (pragmatic, pragmatic_off)):
+            def gap(seed, on=on, off=off):
+                d = [_difference(results.accuracy_at(on, seed, k), results.accuracy_at(off, seed, k)) for k in low]
+                d = [x for x in d if x is not None]
+                return statistics.fmean(d) if d else None
+            d = per_seed(results, gap)
+            numbers[f"{on.label}: TALR − no TALR accuracy at k_cpt {', '.join(f'{k:g}' for k in low)}"] = d
+            parts.append((on.label, *verdict(d)))
+        return (*combine(parts), numbers)
+
+    tree = Series("actor (tree)", "actor", {"arch": "tree"})
+
+    def tree_tight(results):
+        d = paired(results, lambda s, seed: results.mean_margin(s, seed, high), tree, actor)
+        return (*verdict(d), {f"tree − chain margin over the static frontier at k_cpt {', '.join(f'{k:g}' for k in high)}": d})
+
+    def tree_overfits(results):
+        d = paired(results, lambda s, seed: results.accuracy_at(s, seed, k_cpts[0]), tree, actor)
+        return (*verdict(d, "below"), {f"tree − chain test accuracy at k_cpt {k_cpts[0]:g}": d})
+
+    def tree_specializes(results):
+        d = per_seed(results, lambda seed: _difference(purity(results.of(tree, seed)), purity(results.of(actor, seed))))
+        return (*verdict(d), {"tree − chain source purity of the leaves (% of examples)": d})
+
+    cifar = {name: (static(dataset=name), Series(f"actor, {name}", "actor", {"dataset": name}))
+             for name in ("cifar2", "cifar5", "cifar10")}
+
+    def cifar2_peak(results):
+        net_static, net_actor = cifar["cifar2"]
+
+        def peak(seed):
+            s, a = results.of(net_static, seed), results.of(net_actor, seed)
+            return 100 * (max(p.accuracy for p in a) - max(p.accuracy for p in s)) if s and a else None
+
+        def cost_share(seed):
+            s, a = results.of(net_static, seed), results.of(net_actor, seed)
+            if not s or not a:
+                return None
+            best = max(s, key=lambda p: (p.accuracy, -p.mean_macs))
+            reaching = [p.mean_macs for p in a if p.accuracy >= best.accuracy]
+            return 100 * min(reaching) / best.mean_macs if reaching else None
+        peaks, shares = per_seed(results, peak), per_seed(results, cost_share)
+        parts = [("peak above the static nets'", *verdict(peaks)),
+                 ("at a third of the best static net's MACs", *verdict([33.3 - s for s in shares]))]
+        return (*combine(parts), {"actor − static peak accuracy": peaks,
+                                  "cheapest actor point at the best static accuracy, % of its MACs": shares})
+
+    def difficulty_order(results):
+        adv = {name: (lambda seed, s=s, a=a: results.mean_margin(a, seed)) for name, (s, a) in cifar.items()}
+        d25 = per_seed(results, lambda seed: _difference(adv["cifar2"](seed), adv["cifar5"](seed)))
+        d510 = per_seed(results, lambda seed: _difference(adv["cifar5"](seed), adv["cifar10"](seed)))
+        d10 = per_seed(results, adv["cifar10"])
+        parts = [("CIFAR-2 > CIFAR-5", *verdict(d25)), ("CIFAR-5 > CIFAR-10", *verdict(d510)),
+                 ("CIFAR-10 still above", *verdict(d10, "not below"))]
+        return (*combine(parts), {"actor margin over the static frontier, CIFAR-2 − CIFAR-5": d25,
+                                  "CIFAR-5 − CIFAR-10": d510, "CIFAR-10": d10})
+
+    wide = {w: (static(dataset="cifar10", width=w),
+                Series(f"actor, CIFAR-10, width ×{w}", "actor", {"dataset": "cifar10", "width": w}, 1 / w**2)) for w in widths}
+
+    def capacity(results):
+        parts, numbers = [], {}
+        base = wide[widths[0]][1]
+        for w in widths[1:]:
+            d = paired(results, results.mean_margin, wide[w][1], base)
+            numbers[f"actor margin over the static frontier, width ×{w} − ×{widths[0]}"] = d
+            parts.append((f"×{w}", *verdict(d, "not below")))
+        return (*combine(parts), numbers)
+
+    return {
+        "hybrid": Figure("hybrid", "Hybrid MNIST/CIFAR-10: learners against static nets (Fig. acc-eff-00)",
+                         (hybrid_static, actor, pragmatic, optimistic, dynamic), (
+            Claim("For a given computational budget, dynamically routed networks (actor, pragmatic critic, optimistic "
+                  "critic) achieve higher accuracy than architecture-matched statically routed baselines.",
+                  lambda r: margins_above(r, (actor, pragmatic, optimistic))),
+            Claim("7- and 8-column static networks overfit.", deep_static_overfit),
+            Claim("Optimistic critics perform worst and actors best among the dynamic networks.", learner_order),
+            Claim("A single dynamic-k_cpt actor performs comparably (here: within 1 accuracy point) to the actors "
+                  "trained at fixed k_cpt over the central part of the curve.", dynamic_matches_fixed))),
+        "regularization": Figure("regularization", "Regularization: k_dec 0.01 against 0 (hybrid)",
+                                 (hybrid_static, actor, no_kdec), (
+            Claim("Regularizing d̂ discourages routing along deep paths, reducing peak accuracy.", not_implemented),
+            Claim("A nonzero k_dec is needed to train effective actor networks.", kdec_needed))),
+        "talr": Figure("talr", "Optimization: TALR on and off (hybrid)",
+                       (hybrid_static, actor, pragmatic, actor_off, pragmatic_off), (
+            Claim("TALR improves actor and critic networks in compute-abundant, high-accuracy contexts "
+                  f"(here: the lowest k_cpt values, {', '.join(f'{k:g}' for k in low)}).", talr_helps),)),
+        "trees": Figure("trees", "Architectures: tree (2- and 3-way junctions) against chain (hybrid)",
+                        (hybrid_static, actor, tree), (
+            Claim(f"Under tight budgets (here: k_cpt {', '.join(f'{k:g}' for k in high)}) trees with 2- and 3-way "
+                  "junctions beat chains of 2-way junctions.", tree_tight),
+            Claim(f"Unconstrained (k_cpt {k_cpts[0]:g}) trees overfit: lower test accuracy than the chain.", tree_overfits),
+            Claim("Branches specialize: a tree's leaves see purer sources (MNIST or CIFAR) than a chain's.", tree_specializes))),
+        "routing": Figure("routing", "Routing over training (Fig. routing-hists): actor chains on hybrid", (actor,), (
+            Claim("Dynamically routed networks avoid deep paths at the beginning of training (validation MACs "
+                  "grow from the first evaluation to the last).", shallow_early),)),
+        "difficulty": Figure("difficulty", "Decision difficulty: CIFAR-2, CIFAR-5, CIFAR-10 (Fig. acc-eff-01)",
+                             tuple(s for pair in cifar.values() for s in pair), (
+            Claim("On CIFAR-2 dynamic routing reaches a higher peak accuracy than static nets at a third of their cost.",
+                  cifar2_peak),
+            Claim("The advantage shrinks from CIFAR-2 to CIFAR-5 to CIFAR-10, where it is slight.", difficulty_order))),
+        "capacity": Figure("capacity", "Model capacity: CIFAR-10 at width ×1, ×2, ×3 with k_cpt ÷ width² (Fig. acc-eff-02)",
+                           tuple(s for pair in wide.values() for s in pair), (
+            Claim("Widening every layer (k_cpt ÷ width²) increases or keeps the actor's advantage over static nets.",
+                  capacity),)),
+    }
+
+
+def purity(points: Sequence[Point]) -> float | None:
+    """The share (%) of test examples whose leaf's majority source is their own, averaged
+    over the points (1 source per leaf: 100)."""
+    shares = []
+    for point in points:
+        evaluation = point.evaluation
+        total = sum(leaf["count"] for leaf in evaluation["leaves"].values())
+        majority = sum(max(leaf["by_source"].values(), default=0) for leaf in evaluation["leaves"].values())
+        if total:
+            shares.append(100 * majority / total)
+    return statistics.fmean(shares) if shares else None
+
+
+# ---------------------------------------------------------------- the sweep
+
+
+def plan_runs(chosen: Sequence[Figure], preset: str, seeds: Sequence[int], k_cpts: Sequence[float],
+              static_columns: Sequence[int], static_lrs: dict[str, float | None], logdir: Path,
+              machine: dict) -> dict[str, list[tuple[Series, TrainConfig]]]:
+    """Every figure's (series, config) pairs; a run shared by figures has one config."""
+    planned = {}
+    for figure in chosen:
+        pairs = []
+        for series in figure.series:
+            fields = {**machine, **series.settings, "logdir": str(logdir / series.folder)}
+            if series.agent == "static":
+                configs = sweep_configs([], [], seeds, static_columns, preset=preset,
+                                        static_lr=static_lrs.get(series.folder), **fields)
+            else:
+                scaled = ["dynamic"] if series.dynamic else [k * series.k_cpt_scale for k in k_cpts]
+                configs = sweep_configs([series.agent], scaled, seeds, preset=preset, **fields)
+            pairs += [(series, config) for config in configs]
+        planned[figure.name] = pairs
+    return planned
+
+
+def unique_configs(planned: dict[str, list[tuple[Series, TrainConfig]]]) -> list[TrainConfig]:
+    configs = {}
+    for pairs in planned.values():
+        for _, config in pairs:
+            configs.setdefault(Path(config.logdir) / config.run_name, config)
+    return list(configs.values())
+
+
+# ---------------------------------------------------------------- the budget
+
+
+def estimated_seconds(config: TrainConfig) -> tuple[float, float]:
+    """(CPU seconds on one thread, GPU seconds) to train ``config``, both estimates from the
+    README's step timings (:data:`CPU_SECONDS_PER_MAC`, :data:`GPU_STEP_SECONDS`)."""
+    cpu = config.iterations * config.batch_size * full_macs(config.arch, config.width) * CPU_SECONDS_PER_MAC
+    step = GPU_STEP_SECONDS["static" if config.arch.startswith("static-") else "chain"]
+    if config.arch == "tree":
+        step *= TREE_OVER_CHAIN_LAUNCHES
+    return cpu, config.iterations * step
+
+
+@functools.cache
+def full_macs(arch: str, width: int) -> int:
+    """MACs per example of evaluating every node of the net (what a full-tree step computes)."""
+    return build(arch, width).full_macs
+
+
+def budget_row(configs: Sequence[TrainConfig], workers: int) -> dict:
+    """#runs, measured training hours of the finished runs, and estimated CPU and GPU hours."""
+    measured, cpu, gpu, finished = 0.0, 0.0, 0.0, 0
+    for config in configs:
+        path = Path(config.logdir) / config.run_name / METRICS_FILE
+        if path.is_file():
+            measured += json.loads(path.read_text())["train_seconds"]
+            finished += 1
+        estimate = estimated_seconds(config)
+        cpu, gpu = cpu + estimate[0], gpu + estimate[1]
+    return {"runs": len(configs), "finished": finished, "measured_hours": measured / 3600, "cpu_hours": cpu / 3600,
+            "worker_hours": cpu / 3600 / max(workers, 1), "gpu_hours": gpu / 3600, "workers": workers}
+
+
+def budget_table(rows: dict[str, dict]) -> list[str]:
+    workers = next(iter(rows.values()))["workers"] if rows else 1
+    lines = ["| figure | runs | finished | training hours measured (sum of train_seconds) | CPU-hours, one thread "
+             f"(estimate) | wall hours, {workers} workers (estimate) | hours on one H100, one run at a time (estimate) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, row in rows.items():
+        lines.append(f"| {name} | {row['runs']} | {row['finished']} | {row['measured_hours']:.2f} | {row['cpu_hours']:.1f} "
+                     f"| {row['worker_hours']:.1f} | {row['gpu_hours']:.1f} |")
+    return lines
+
+
+# ---------------------------------------------------------------- the report
+
+
+def series_points(results: Results) -> list[dict]:
+    """One point per (series, k_cpt or static net): seed means, for the accuracy/MACs plot."""
+    groups: dict[tuple, list[Point]] = {}
+    for p in results.points:
+        key = (p.series.label, p.series.folder, p.k_cpt if p.series.agent != "static" else p.run["arch"])
+        groups.setdefault(key, []).append(p)
+    return [{"series": label, "accuracy": statistics.fmean(p.accuracy for p in group),
+             "mean_macs": statistics.fmean(p.mean_macs for p in group)} for (label, _, _), group in groups.items()]
+
+
+def mean_std(values: Sequence[float]) -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def numbers_table(results: Results) -> list[str]:
+    """Every point: test accuracy and margin over the static frontier, mean ± std over seeds."""
+    lines = ["| series | folder | point | seeds | test accuracy (%) | mean MACs | vs static frontier (pts) |",
+             "|---|---|---|---|---|---|---|"]
+    groups: dict[tuple, list[Point]] = {}
+    for p in results.points:
+        groups.setdefault((p.series.label, p.series.folder, p.run["arch"] if p.series.agent == "static" else p.k_cpt), []).append(p)
+    for (label, folder, key), group in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1], str(g[0][2]))):
+        point = key if isinstance(key, str) else f"k_cpt {key:g}"
+        margins = [m for m in (results.frontier_margin(p) for p in group) if m is not None]
+        shown = "—" if group[0].series.agent == "static" else mean_std(margins)
+        lines.append(f"| {label} | {folder} | {point} | {', '.join(str(p.seed) for p in group)} | "
+                     f"{mean_std([100 * p.accuracy for p in group])} | "
+                     f"{statistics.fmean(p.mean_macs for p in group) / 1e6:.2f}M | {shown} |")
+    return lines
+
+
+def draw(figure: Figure, results: Results, planned: list[tuple[Series, TrainConfig]], out: Path) -> list[Path]:
+    """The figure's PNGs: per dataset and width its accuracy/MACs plot (seed means, one series
+    per learner and setting, the static nets as the baseline), and per run folder the
+    node-link diagrams and routing heatmaps of the first seed's runs
+    (:func:`~routing_rl.app.figures.write_figures`, whose other files stay beside them)."""
+    written = []
+    out.mkdir(parents=True, exist_ok=True)
+    for base in dict.fromkeys(s.base for s in figure.series):
+        points = series_points(Results([p for p in results.points if p.series.base == base], []))
+        if points:
+            plot = accuracy_macs_figure(points, f"{figure.title}: {base}")
+            plot.savefig(out / f"accuracy_macs_{base}.png", dpi=120)
+            plt.close(plot)
+            written.append(out / f"accuracy_macs_{base}.png")
+    first = min(results.seeds(), default=0)
+    for folder in dict.fromkeys(s.folder for s in figure.series if s.agent != "static"):
+        run_dirs = [Path(c.logdir) / c.run_name for s, c in planned if s.folder == folder and s.agent != "static"
+                    and c.seed == first and (Path(c.logdir) / c.run_name / METRICS_FILE).is_file()]
+        if run_dirs:
+            drawn = write_figures(run_dirs, out / folder, f"{folder}, seed {first}")
+            written += [path for path in drawn if path.name in ("node_link.png", "routing_heatmap.png")]
+    return written
+
+
+def figure_section(figure: Figure, results: Results, written: Sequence[Path], report: Path, commands: str,
+                   budget: dict) -> list[str]:
+    def link(path: Path) -> str:
+        return os.path.relpath(path, report.parent)
+
+    lines = [f"## {figure.title}", "", f"```bash\n{commands}\n```", ""]
+    if results.missing:
+        lines += [f"Runs not finished ({len(results.missing)}): {', '.join(results.missing[:8])}"
+                  + (" …" if len(results.missing) > 8 else "") + ".", ""]
+    for path in written:
+        if path.suffix == ".png":
+            lines.append(f"![{path.stem}]({link(path)})")
+    lines += [""]
+    for i, claim in enumerate(figure.claims, 1):
+        outcome, reason, numbers = claim.measure(results)
+        lines += [f"**Claim {i}.** {claim.statement}", "", f"- verdict: **{outcome}** — {reason}"]
+        for name, values in numbers.items():
+            lines.append(f"- {name}: {mean_std(values)} (per seed: {', '.join(f'{v:+.2f}' for v in values) or 'none'})")
+        lines.append("")
+    lines += ["Measured points (test split; mean ± std over seeds):", "", *numbers_table(results), "",
+              f"Budget: {budget['runs']} runs, {budget['finished']} finished, {budget['measured_hours']:.2f} training hours "
+              f"measured; {budget['cpu_hours']:.1f} CPU-hours estimated.", ""]
+    return lines
+
+
+# ---------------------------------------------------------------- the command
+
+
+def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    names = list(figures())
+    parser.add_argument("--figure", nargs="+", default=["all"], choices=[*names, "all"], help="figures to reproduce (default: all)")
+    parser.add_argument("--preset", default="cpu-small", help="schedule of every run (default: cpu-small)")
+    parser.add_argument("--iterations", type=int, default=None, help="iterations of every run (default: the preset's)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds (default: 0 1 2)")
+    parser.add_argument("--k-cpts", nargs="+", type=float, default=list(K_CPTS), help=f"k_cpt values (default: {K_CPTS})")
+    parser.add_argument("--static", nargs="+", type=int, default=list(STATIC_COLUMNS), help="static nets by columns (default: 1..8)")
+    parser.add_argument("--widths", nargs="+", type=int, default=[1, 2, 3], help="capacity figure widths (default: 1 2 3)")
+    parser.add_argument("--static-lr", default="auto",
+                        help="static nets' learning rate, or auto: chosen on validation per dataset and width (default)")
+    parser.add_argument("--lr-iterations", type=int, default=400, help="iterations of each --static-lr auto trial (default: 400)")
+    parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="other config fields of every run, values in JSON (e.g. eval_every=500 validation_fraction=0.2)")
+    parser.add_argument("--data-dir", default=None, help="folder with your data copies")
+    parser.add_argument("--device", default="auto", help="torch device (default: auto)")
+    parser.add_argument("--logdir", default="runs/paper", help="folder of the run folders (default: runs/paper)")
+    parser.add_argument("--figures-dir", default="figures/paper", help="folder for the figures (default: figures/paper)")
+    parser.add_argument("--report", default="docs/reproduction.md", help="the report to write (default: docs/reproduction.md)")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs and the estimated budget; train nothing")
+    add_backend_arguments(parser)
+    args = parser.parse_args(argv)
+    retain_freed_memory()
+    return exit_status(parser.prog, lambda: _reproduce(args, parser.prog))
+
+
+def fields(pairs: Sequence[str]) -> dict:
+    """``FIELD=VALUE`` pairs as config fields (VALUE read as JSON, else as text)."""
+    out = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise RunError(f"--set takes FIELD=VALUE, got {pair!r}")
+        try:
+            out[name.replace("-", "_")] = json.loads(text)
+        except json.JSONDecodeError:
+            out[name.replace("-", "_")] = text
+    return out
+
+
+def _reproduce(args, prog: str) -> int:
+    if args.static_lr != "auto":
+        try:
+            args.static_lr = float(args.static_lr)
+        except ValueError:
+            raise RunError(f"--static-lr must be a number or auto, got {args.static_lr!r}") from None
+    if args.preset not in PRESET_VALUES:
+        raise RunError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESET_VALUES)}")
+    if 1 not in args.widths:
+        raise RunError("--widths must include 1, the capacity figure's baseline")
+    check_out_folder(Path(args.figures_dir), "--figures-dir")  # before hours of training, not after
+    check_out_folder(Path(args.report).parent, "--report's folder")
+    catalogue = figures(sorted(args.k_cpts), sorted(args.widths))
+    chosen = [catalogue[n] for n in (catalogue if "all" in args.figure else dict.fromkeys(args.figure))]
+    logdir = Path(args.logdir)
+    machine = {"data_dir": args.data_dir, "device": args.device, "iterations": args.iterations, **fields(args.set)}
+    statics = {s.folder: s for f in chosen for s in f.series if s.agent == "static"}
+    lr_of: dict[str, float | None] = {folder: (None if args.static_lr == "auto" else args.static_lr) for folder in statics}
+    planned = plan_runs(chosen, args.preset, args.seeds, sorted(args.k_cpts), args.static, lr_of, logdir, machine)
+    configs = unique_configs(planned)
+    run_backend = backend(args, configs)
+    rows = {f.name: budget_row(unique_configs({f.name: planned[f.name]}), run_backend["workers"] or 1) for f in chosen}
+    rows["all (shared runs once)"] = budget_row(configs, run_backend["workers"] or 1)
+    if args.dry_run:
+        for figure in chosen:
+            print(f"{figure.name}:")
+            for series, config in planned[figure.name]:
+                run_dir = Path(config.logdir) / config.run_name
+                state = "complete" if (run_dir / METRICS_FILE).is_file() else "resume" if has_checkpoint(run_dir, config) else "new"
+                print(f"  {series.folder}/{config.run_name}  ({series.label}, {state})")
+        if args.static_lr == "auto":
+            print(f"plus {len(statics) * len(LR_CANDIDATES)} learning-rate trials of {args.lr_iterations} iterations "
+                  f"(static-8 at {', '.join(f'{lr:g}' for lr in LR_CANDIDATES)}) in {', '.join(statics)}")
+        print("\n".join(budget_table(rows)))
+        return 0
+    if args.static_lr == "auto":
+        for folder, series in statics.items():
+            lr_of[folder] = select_static_lr(LR_CANDIDATES, args.lr_iterations, preset=args.preset, seed=args.seeds[0],
+                                             backend=run_backend, **{k: v for k, v in machine.items() if k != "iterations"},
+                                             **series.settings,
+                                             logdir=str(logdir / folder))
+        planned = plan_runs(chosen, args.preset, args.seeds, sorted(args.k_cpts), args.static, lr_of, logdir, machine)
+        configs = unique_configs(planned)
+    failure = None
+    try:
+        run_sweep(configs, **run_backend)
+    except SweepError as error:  # report what finished, then say what did not
+        failure = error
+    report = Path(args.report)
+    command = " ".join(["python experiments/reproduce_paper.py", "--figure", "{figure}", "--preset", args.preset,
+                        "--seeds", *map(str, args.seeds)] + ([f"--iterations {args.iterations}"] if args.iterations else []))
+    static_lr = "chosen on validation per dataset and width" if args.static_lr == "auto" else f"{args.static_lr:g}"
+    lines = ["# Reproducing the paper's experiments (Section 5)", "",
+             f"Preset `{args.preset}`{f', {args.iterations} iterations' if args.iterations else ''}, seeds "
+             f"{', '.join(map(str, args.seeds))}, k_cpt {', '.join(f'{k:g}' for k in sorted(args.k_cpts))}, static nets "
+             f"{', '.join(map(str, args.static))} (learning rate: {static_lr}). "
+             "Written by `experiments/reproduce_paper.py` (`routing_rl/app/reproduce.py`, whose docstring defines the "
+             "verdicts: the mean difference over seeds against twice its standard error).", ""]
+    rows = {name: budget_row(unique_configs({name: planned[name]}) if name in planned else configs, row["workers"])
+            for name, row in rows.items()}  # measured now that the runs have trained
+    lines += ["## Compute budget", "", *budget_table(rows), "",
+              "Estimates scale the README's step timings by each net's MACs of full evaluation (CPU) or by its column "
+              "instances (GPU); the wall hours on N workers assume a perfect split.", ""]
+    for figure in chosen:
+        results = read_results(planned[figure.name], sorted(args.k_cpts))
+        written = draw(figure, results, planned[figure.name], Path(args.figures_dir) / figure.name) if results.points else []
+        lines += figure_section(figure, results, written, report, command.format(figure=figure.name), rows[figure.name])
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text("\n".join(lines))
+    print(f"wrote {report}")
+    if failure is not None:
+        raise failure
+    return 0

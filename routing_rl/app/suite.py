@@ -1,0 +1,255 @@
+"""The task suite: train one learner over several tasks and judge it on each against that
+task's static frontier and its tuned confidence threshold.
+
+Per task (a dataset of :data:`SUITE`, run in ``<logdir>/<task>``) and seed, through
+:func:`~routing_rl.app.sweep.run_sweep` (resumable: finished runs are skipped, interrupted
+ones resumed):
+
+1. the static nets' learning rate, chosen on validation (:func:`~routing_rl.app.sweep.select_static_lr`)
+   unless one is given;
+2. static nets with 1, 2, ... columns, until :data:`STATIC_PATIENCE` nets in a row do not beat
+   the best shallower one (deeper nets would not change the frontier: it is flat past its best);
+3. the confidence threshold, at the static nets' learning rate; at each k_cpt its budget is
+   the one whose validation cost is lowest;
+4. the learner at every k_cpt.
+
+Each (task, k_cpt) row, averaged over the seeds: test accuracy, mean MACs, accuracy points
+over the static frontier (:mod:`routing_rl.app.frontier`), the mean cost of inference
+(0/1 error + k_cpt × MACs per example) beside the tuned threshold's, validation accuracy minus
+test accuracy, and the share of each source's test examples leaving at each exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from routing_rl.app.frontier import frontier_margin, static_frontier
+from routing_rl.app.runs import METRICS_FILE
+from routing_rl.app.sweep import LR_CANDIDATES, run_sweep, select_static_lr, static_lr_flag, sweep_configs
+from routing_rl.app.summary import SOURCE_NAMES
+from routing_rl.core.files import atomic_write_text
+from routing_rl.core.memory import retain_freed_memory
+from routing_rl.data import DataNotFoundError
+from routing_rl.data.datasets import DATASETS
+from routing_rl.training.config import AGENTS, AGENT_ALIASES, PRESETS, POLICIES
+
+SUITE = ("hybrid", "cifar2", "cifar5", "cifar10", "hybrid-swap", "hybrid-even", "hybrid-train-mix",
+         "hybrid-hard-digits")
+"""The suite's tasks, by dataset name (each also a registered env id, see docs/suite.md)."""
+STATIC_PATIENCE = 2
+MAX_COLUMNS = 8
+
+
+def check_tasks(tasks: Sequence[str]) -> list[str]:
+    """``tasks`` if every one is a dataset name; ValueError naming the first that is not."""
+    for task in tasks:
+        if task not in DATASETS:
+            raise ValueError(f"unknown suite task {task!r}; choose among {', '.join(SUITE)} (or {', '.join(d for d in DATASETS if d not in SUITE)})")
+    if not tasks:
+        raise ValueError(f"give at least one task; the suite's are {', '.join(SUITE)}")
+    return list(tasks)
+
+
+def _metrics(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / METRICS_FILE).read_text())
+
+
+def train_static(preset: str, seed: int, static_lr: float | None, log: Callable, **machine) -> list[dict]:
+    """Static nets with 1, 2, ... columns (see the module docstring); their metrics."""
+    found, best, misses = [], -1.0, 0
+    for columns in range(1, MAX_COLUMNS + 1):
+        (run_dir,) = run_sweep(sweep_configs([], [], [seed], [columns], preset=preset, static_lr=static_lr, **machine), log)
+        found.append(_metrics(run_dir))
+        accuracy = found[-1]["test_accuracy"]
+        misses = 0 if accuracy > best else misses + 1
+        best = max(best, accuracy)
+        if misses >= STATIC_PATIENCE:
+            break
+    return found
+
+
+def inference_cost(accuracy: float, mean_macs: float, k_cpt: float) -> float:
+    """Mean cost of inference per example: 0/1 error plus k_cpt × MACs."""
+    return (1 - accuracy) + k_cpt * mean_macs
+
+
+def threshold_cost(threshold: dict, k_cpt: float) -> tuple[float, dict]:
+    """(test cost, test point) of the threshold budget whose validation cost at ``k_cpt`` is lowest."""
+    point = min(threshold["test"], key=lambda p: inference_cost(p["validation_accuracy"], p["validation_mean_macs"], k_cpt))
+    return inference_cost(point["accuracy"], point["mean_macs"], k_cpt), point
+
+
+def exits_by_source(evaluation: dict) -> dict[str, dict[str, float]]:
+    """``{source: {leaf: share of that source's test examples leaving there}}``, leaves reached only."""
+    out = {}
+    for source in next(iter(evaluation["leaves"].values()))["by_source"]:
+        counts = {leaf: v["by_source"][source] for leaf, v in evaluation["leaves"].items()}
+        total = sum(counts.values())
+        if total:
+            out[source] = {leaf: n / total for leaf, n in counts.items() if n}
+    return out
+
+
+def learner_point(metrics: dict, frontier: list, threshold: dict) -> dict:
+    """One learner run's row at its k_cpt (see the module docstring)."""
+    k_cpt = float(metrics["k_cpt"])
+    test = metrics["test"][0]
+    history = metrics.get("history") or []
+    validation = history[-1]["evaluations"][0]["accuracy"] if history and history[-1].get("evaluations") else None
+    reference, reference_point = threshold_cost(threshold, k_cpt)
+    return {
+        "run": metrics["run"],
+        "k_cpt": k_cpt,
+        "test_accuracy": test["accuracy"],
+        "mean_macs": test["mean_macs"],
+        "vs_frontier": frontier_margin(frontier, test["accuracy"], test["mean_macs"]),
+        "cost": inference_cost(test["accuracy"], test["mean_macs"], k_cpt),
+        "threshold_cost": reference,
+        "threshold_budget": reference_point["budget"],
+        "validation_accuracy": validation,
+        "validation_test_gap": None if validation is None else validation - test["accuracy"],
+        "source_accuracy": test.get("source_accuracy", {}),
+        "exits": exits_by_source(test),
+    }
+
+
+def _mean(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def average(points: list[dict]) -> dict:
+    """The seeds' points of one (task, k_cpt) row averaged; exits pooled."""
+    row = {key: _mean([p[key] for p in points]) for key in
+           ("test_accuracy", "mean_macs", "vs_frontier", "cost", "threshold_cost", "validation_test_gap")}
+    exits: dict[str, dict[str, float]] = {}
+    for p in points:
+        for source, shares in p["exits"].items():
+            for leaf, share in shares.items():
+                exits.setdefault(source, {}).setdefault(leaf, 0.0)
+                exits[source][leaf] += share / len(points)
+    return {"k_cpt": points[0]["k_cpt"], "seeds": len(points), **row, "exits": exits, "per_seed": points}
+
+
+def run_suite(agent: str, tasks: Sequence[str] = SUITE, k_cpts: Sequence[float] = (4e-9,), seeds: Sequence[int] = (0,),
+              preset: str = "quick", policy: str | None = None, static_lr: float | str = "auto",
+              lr_candidates: Sequence[float] = LR_CANDIDATES, lr_iterations: int = 400, logdir: str = "runs/suite",
+              log: Callable = print, **machine) -> dict:
+    """Train and judge ``agent`` over ``tasks`` (see the module docstring); the results, JSON-ready.
+
+    ``static_lr``: ``"auto"`` (chosen on validation per task) or a number. ``machine``: further
+    config fields shared by every run (``device``, ``data_dir``, ``download``, ``validation_fraction``...).
+    """
+    tasks = check_tasks(tasks)
+    results = {"agent": agent, "policy": policy, "preset": preset, "k_cpts": [float(k) for k in k_cpts],
+               "seeds": list(seeds), "tasks": {}}
+    for task in tasks:
+        log(f"== {task}")
+        where = dict(machine, dataset=task, logdir=str(Path(logdir) / task))
+        lr = static_lr
+        if lr == "auto":
+            lr = select_static_lr(lr_candidates, lr_iterations, preset=preset, seed=seeds[0], log=log, **where)
+        rows: dict[float, list[dict]] = {}
+        frontiers, statics, thresholds = {}, {}, {}
+        for seed in seeds:
+            static = train_static(preset, seed, lr, log, **where)
+            frontier = static_frontier((m["test_mean_macs"], m["test_accuracy"]) for m in static)
+            (threshold_dir,) = run_sweep(sweep_configs(["threshold"], [k_cpts[0]], [seed], preset=preset,
+                                                       lr=lr, **where), log)
+            threshold = _metrics(threshold_dir)
+            configs = sweep_configs([agent], k_cpts, [seed], preset=preset, policy=policy, **where)
+            for config in configs:  # learners with other policies share the logdir (and its static nets)
+                config.run_name += f"-{config.resolved_policy}"
+            learners = run_sweep(configs, log)
+            for run_dir in learners:
+                point = learner_point(_metrics(run_dir), frontier, threshold)
+                rows.setdefault(point["k_cpt"], []).append(point)
+            frontiers[seed] = frontier
+            statics[seed] = [{"arch": m["arch"], "test_accuracy": m["test_accuracy"], "mean_macs": m["test_mean_macs"],
+                              "source_accuracy": m["test"][0].get("source_accuracy", {})} for m in static]
+            thresholds[seed] = [{k: p[k] for k in ("budget", "accuracy", "mean_macs", "validation_accuracy",
+                                                   "validation_mean_macs")} for p in threshold["test"]]
+        results["tasks"][task] = {"static_lr": lr, "static": statics, "frontier": frontiers, "threshold": thresholds,
+                                  "rows": [average(points) for points in rows.values()]}
+    return results
+
+
+def _exits_text(exits: dict[str, dict[str, float]]) -> str:
+    parts = []
+    for source, shares in exits.items():
+        top = sorted(shares.items(), key=lambda s: -s[1])[:3]
+        parts.append(f"{SOURCE_NAMES.get(source, source)} " + " ".join(f"{leaf}:{100 * s:.0f}%" for leaf, s in top))
+    return "; ".join(parts)
+
+
+def _number(value: float | None, pattern: str) -> str:
+    return "—" if value is None else format(value, pattern)
+
+
+def suite_table(results: dict) -> str:
+    """The suite's results as one Markdown table, a row per (task, k_cpt)."""
+    lines = ["| task | k_cpt | seeds | test accuracy | mean MACs | vs frontier (pts) | cost | threshold cost "
+             "| val − test (pts) | exits (top 3 per source) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for task, result in results["tasks"].items():
+        for row in result["rows"]:
+            gap = None if row["validation_test_gap"] is None else 100 * row["validation_test_gap"]
+            lines.append(
+                f"| {task} | {row['k_cpt']:g} | {row['seeds']} | {100 * row['test_accuracy']:.2f}% "
+                f"| {row['mean_macs'] / 1e6:.2f}M | {_number(row['vs_frontier'], '+.2f')} | {row['cost']:.4f} "
+                f"| {row['threshold_cost']:.4f} | {_number(gap, '+.2f')} | {_exits_text(row['exits'])} |")
+    return "\n".join(lines)
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Train one learner over the task suite and judge it on "
+                                     "every task against its static frontier and its tuned confidence threshold.")
+    parser.add_argument("--agent", required=True, help="learner: " + ", ".join(a for a in AGENTS if a != "static")
+                        + " (critic: pragmatic-critic)")
+    parser.add_argument("--policy", default=None, choices=POLICIES, help="training routing policy (default: the agent's)")
+    parser.add_argument("--preset", default="quick", choices=PRESETS, help="schedule of every run (default: quick)")
+    parser.add_argument("--tasks", nargs="+", default=list(SUITE), help=f"suite tasks (default: {' '.join(SUITE)})")
+    parser.add_argument("--k-cpts", nargs="+", type=float, default=[4e-9, 1.6e-8], help="k_cpt values (default: 4e-9 1.6e-8)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (default: 0)")
+    parser.add_argument("--static-lr", type=static_lr_flag, default="auto",
+                        help="learning rate of the static nets and the threshold, or 'auto' to choose it on validation "
+                             "per task (default: auto)")
+    parser.add_argument("--lr-candidates", nargs="+", type=float, default=list(LR_CANDIDATES),
+                        help=f"learning rates --static-lr auto tries (default: {' '.join(map(str, LR_CANDIDATES))})")
+    parser.add_argument("--lr-iterations", type=int, default=400, help="iterations of each --static-lr auto trial (default: 400)")
+    parser.add_argument("--logdir", default="runs/suite", help="folder of the runs, one subfolder per task (default: runs/suite)")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    parser.add_argument("--device", default="auto", help="torch device (default: auto)")
+    parser.add_argument("--data-dir", default=None, help="folder with your data copies (default: $ROUTING_RL_DATA_DIR)")
+    parser.add_argument("--download", type=lambda t: t.lower() in ("1", "true", "yes"), default=True,
+                        help="try torchvision's downloaders when the data is not found (default: true)")
+    parser.add_argument("--validation-fraction", type=float, default=None, help="share of the training split held out")
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "suite.py") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    agent = AGENT_ALIASES.get(args.agent, args.agent)
+    retain_freed_memory()
+    try:
+        if agent == "static":
+            raise ValueError("the suite trains the static nets itself; give a learner with --agent")
+        results = run_suite(agent, args.tasks, args.k_cpts, args.seeds, args.preset, args.policy, args.static_lr,
+                            args.lr_candidates, args.lr_iterations, args.logdir, device=args.device,
+                            data_dir=args.data_dir, download=args.download, validation_fraction=args.validation_fraction)
+    except (ValueError, DataNotFoundError) as error:  # RunError is a ValueError
+        parser.exit(2, f"{prog}: error: {error}\n")
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted; run the same command again to continue where it stopped", file=sys.stderr)
+        return 130
+    results["command"] = [prog, *(sys.argv[1:] if argv is None else argv)]
+    print(suite_table(results))
+    if args.json:
+        atomic_write_text(Path(args.json), json.dumps(results, indent=2))
+    return 0

@@ -1,0 +1,86 @@
+"""experiments/reproduce_paper.py: the verdict rule, the static frontier, the figures' runs
+(a dry run lists them and their budget without training), and the whole pipeline — sweep,
+figures, docs/reproduction.md — on one smoke figure."""
+
+from __future__ import annotations
+
+
+import pytest
+from synthetic_data import write_cifar_pickles, write_mnist_idx
+
+from routing_rl.app import reproduce
+from routing_rl.app.reproduce import FAILS, HOLDS, OPEN, Point, Results, Series, verdict
+
+
+def test_a_verdict_needs_the_mean_two_standard_errors_past_the_claim():
+    assert verdict([1.0, 1.2, 0.9])[0] == HOLDS
+    assert verdict([-1.0, -1.2, -0.9])[0] == FAILS
+    assert verdict([1.0, -0.8, 0.5])[0] == OPEN
+    assert verdict([2.0]) == (OPEN, "+2.00 from one seed; a verdict needs two or more")
+    assert verdict([])[0] == OPEN
+    assert verdict([-1.0, -1.1], "below")[0] == HOLDS
+    assert verdict([0.1, -0.2, 0.05], "within", 1.0)[0] == HOLDS
+    assert verdict([-3.0, -3.2, -2.9], "within", 1.0)[0] == FAILS
+    assert verdict([-0.2, 0.1, 0.0], "not below", 1.0)[0] == HOLDS
+    assert verdict([-3.0, -3.2, -2.9], "not below", 1.0)[0] == FAILS
+
+
+def test_combined_verdict_holds_only_when_every_part_holds():
+    assert reproduce.combine([("a", HOLDS, ""), ("b", HOLDS, "")])[0] == HOLDS
+    assert reproduce.combine([("a", HOLDS, ""), ("b", OPEN, "")])[0] == OPEN
+    assert reproduce.combine([("a", OPEN, ""), ("b", FAILS, "")])[0] == FAILS
+
+
+def point(series, seed, k_cpt, accuracy, macs, arch="chain"):
+    return Point(series, seed, k_cpt, accuracy, macs, {"arch": arch, "history": []}, {})
+
+
+def test_margin_is_over_the_best_static_net_at_no_more_macs_of_the_same_data_and_width():
+    static, actor = Series("static nets", "static"), Series("actor", "actor", {"k_dec": 0.0})
+    other = Series("static nets", "static", {"width": 2})
+    results = Results([point(static, 0, None, 0.80, 1e6, "static-1"), point(static, 0, None, 0.90, 5e6, "static-2"),
+                       point(static, 0, None, 0.85, 9e6, "static-3"), point(other, 0, None, 0.99, 1e6, "static-1"),
+                       point(actor, 0, 4e-9, 0.88, 6e6), point(actor, 0, 0.0, 0.70, 0.5e6)], [])
+    assert actor.folder == "hybrid-w1-kdec0.0" and actor.base == static.base == "hybrid-w1"
+    margins = [results.frontier_margin(p) for p in results.of(actor)]
+    assert margins[0] == pytest.approx(-2.0) and margins[1] is None
+    assert results.mean_margin(actor, 0) == pytest.approx(-2.0)
+
+
+def test_figures_share_their_runs_and_a_dry_run_trains_nothing(tmp_path, capsys):
+    assert reproduce.main(["--dry-run", "--figure", "all", "--seeds", "0", "--logdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ")]
+    # hybrid: 8 static nets, 3 learners at 4 k_cpt, one dynamic-k_cpt actor
+    assert sum(1 for line in out.split("regularization:")[0].splitlines() if line.startswith("  ")) == 8 + 12 + 1
+    assert "hybrid-w1-talroff/actor-chain-k0-s0" in listed and "cifar10-w3/actor-chain-k7.11111e-09-s0" in listed
+    assert "| all (shared runs once) | 97 | 0 |" in out  # hybrid 21 + k_dec 4 + TALR 8 + tree 4 + CIFAR 3x12 + widths 2x12
+    assert not any(tmp_path.iterdir())
+
+
+def test_bad_flags_are_one_line_with_status_2(tmp_path, capsys):
+    assert reproduce.main(["--dry-run", "--figure", "hybrid", "--set", "no_such_field=1", "--logdir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert reproduce.main(["--dry-run", "--static-lr", "fast", "--logdir", str(tmp_path)]) == 2
+    assert "--static-lr must be a number or auto" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_one_smoke_figure_goes_from_sweep_to_report(tmp_path, monkeypatch, capsys):
+    data = tmp_path / "data"
+    write_mnist_idx(data / "MNIST" / "raw")
+    write_cifar_pickles(data / "cifar-10-batches-py")
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
+    report = tmp_path / "docs" / "reproduction.md"
+    args = ["--figure", "regularization", "--preset", "smoke", "--seeds", "0", "--static", "1", "2", "--k-cpts", "4e-9",
+            "--static-lr", "0.1", "--workers", "0", "--data-dir", str(data), "--set", "validation_fraction=0.4",
+            "--logdir", str(tmp_path / "runs"), "--figures-dir", str(tmp_path / "figures"), "--report", str(report)]
+    assert reproduce.main(args) == 0
+    text = report.read_text()
+    assert "## Regularization" in text and text.count("- verdict: **") == 2
+    assert "| regularization | 4 | 4 |" in text
+    assert "| actor, k_dec 0 | hybrid-w1-kdec0.0 | k_cpt 4e-09 | 0 |" in text
+    images = [line.split("(")[1].rstrip(")") for line in text.splitlines() if line.startswith("![")]
+    assert len(images) == 5 and all((report.parent / image).is_file() for image in images)
+    assert reproduce.main(args) == 0  # run again: every run is complete and skipped
+    assert capsys.readouterr().out.count("complete, skipped") == 4

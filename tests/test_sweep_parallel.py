@@ -1,0 +1,174 @@
+"""Sweeps on local worker processes and on Ray: the same results as one run after another,
+a failed run named while the others finish, a killed sweep finished by running it again,
+and runs packed onto GPUs (the slot logic, without CUDA)."""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from test_cli import cache, tiny_data  # noqa: F401 (fixtures: tiny synthetic data, a scratch cache)
+
+from routing_rl.app import workers
+from routing_rl.app.runs import RunError
+from routing_rl.app.sweep import SweepError, plan, run_sweep, sweep_configs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def smoke(tiny_data, logdir, seed=0, **fields):
+    overrides = dict(iterations=4, eval_every=2, checkpoint_every=2, data_dir=str(tiny_data), download=False,
+                     validation_fraction=0.4, logdir=str(logdir), **fields)
+    return sweep_configs(["actor"], [4e-9], [seed], static_columns=[2], preset="smoke", **overrides)
+
+
+def results(run_dirs) -> dict:
+    """What a run computed, as JSON text: its test and validation evaluations (not its wall time)."""
+    out = {}
+    for run_dir in run_dirs:
+        metrics = json.loads((Path(run_dir) / "metrics.json").read_text())
+        out[Path(run_dir).name] = json.dumps([metrics["test"], metrics["history"]])
+    return out
+
+
+def test_gpu_slots_give_each_gpu_runs_per_gpu_runs_in_turn():
+    assert workers.gpu_slots(2, count=2) == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert workers.gpu_slots(3, count=1) == ["cuda:0"] * 3
+    assert workers.gpu_slots(1, count=0) == []
+    with pytest.raises(RunError, match="runs-per-gpu"):
+        workers.gpu_slots(0, count=1)
+
+
+def test_local_workers_never_put_more_runs_on_a_gpu_than_its_slots(tiny_data, tmp_path):
+    """A thread pool stands in for the processes: every run records the GPU it was handed."""
+    configs = [c for seed in range(4) for c in smoke(tiny_data, tmp_path, seed=seed)]
+    lock, in_flight, peak, seen = threading.Lock(), {}, {}, []
+
+    def train(config, threads, gpu, environ):
+        with lock:
+            in_flight[gpu] = in_flight.get(gpu, 0) + 1
+            peak[gpu] = max(peak.get(gpu, 0), in_flight[gpu])
+            seen.append((config.run_name, gpu, threads))
+        time.sleep(0.02)
+        with lock:
+            in_flight[gpu] -= 1
+        return {"test_accuracy": 0.5, "test_mean_macs": 1.0, "train_seconds": 0.0}
+
+    slots = workers.gpu_slots(2, count=2)
+    with futures.ThreadPoolExecutor(len(slots)) as pool:
+        done = dict(workers.local_workers(list(enumerate(configs)), slots, train=train, executor=pool))
+    assert sorted(done) == list(range(len(configs)))
+    assert peak == {"cuda:0": 2, "cuda:1": 2}
+    assert {name for name, _, _ in seen} == {c.run_name for c in configs} and {t for _, _, t in seen} == {1}
+
+
+def test_a_failed_run_is_named_and_the_others_finish(tiny_data, cache, tmp_path):
+    good = smoke(tiny_data, tmp_path)[1]
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    bad = smoke(empty, tmp_path, seed=1)[1]
+    log = []
+    with pytest.raises(SweepError, match=f"1 of 2 runs failed: {bad.run_name} ") as error:
+        run_sweep([bad, good], log.append)
+    assert "\n" not in str(error.value)
+    assert (tmp_path / good.run_name / "metrics.json").is_file()
+    assert any(line.startswith(f"[1/2] {bad.run_name}: failed: ") for line in log)
+
+
+def test_a_run_folder_with_other_settings_is_refused_before_anything_trains(tiny_data, cache, tmp_path):
+    configs = smoke(tiny_data, tmp_path)
+    run_sweep(configs[:1], lambda line: None)
+    changed = smoke(tiny_data, tmp_path, k_l2=1e-3)
+    with pytest.raises(RunError, match="k_l2 0.0001 \\(saved\\) vs 0.001 \\(asked\\)"):
+        run_sweep(changed, lambda line: None)
+    assert not (tmp_path / changed[1].run_name).exists()
+    with pytest.raises(RunError, match="share"):
+        plan([configs[0], configs[0]])
+
+
+def test_ray_without_ray_installed_says_how_to_install_it(tiny_data, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(RunError, match=r'pip install -e "\.\[ray\]"'):
+        run_sweep(smoke(tiny_data, tmp_path), lambda line: None, ray=True)
+
+
+@pytest.mark.slow
+def test_worker_processes_give_the_results_of_one_process(tiny_data, cache, tmp_path):
+    sequential = run_sweep(smoke(tiny_data, tmp_path / "one"), lambda line: None)  # one thread (conftest)
+    log = []
+    parallel = run_sweep(smoke(tiny_data, tmp_path / "two"), log.append, workers=2)
+    assert results(parallel) == results(sequential)
+    assert sum(": training" in line for line in log) == 2
+
+
+SWEEP_SCRIPT = """
+import sys
+from routing_rl.app.sweep import run_sweep, sweep_configs
+
+def configs(data_dir, logdir):
+    return sweep_configs(["actor"], [0.0, 4e-9], static_columns=[1], preset="smoke", iterations=30, eval_every=10,
+                         checkpoint_every=3, data_dir=data_dir, download=False, validation_fraction=0.4, logdir=logdir)
+
+if __name__ == "__main__":
+    run_sweep(configs(sys.argv[1], sys.argv[2]), lambda line: print(line, flush=True), workers=2)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_run_again_finishes_with_the_uninterrupted_results(tiny_data, cache, tmp_path):
+    """kill -9 of the sweep and its workers once a run has saved a checkpoint and before
+    the sweep is done; the same sweep again resumes and ends where an uninterrupted one does."""
+    script = tmp_path / "sweep_script.py"
+    script.write_text(SWEEP_SCRIPT)
+    command = [sys.executable, str(script), str(tiny_data)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    killed = tmp_path / "killed"
+    process = subprocess.Popen([*command, str(killed)], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not any(killed.glob("*/checkpoint.pt")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    finished = sorted(p.parent.name for p in killed.glob("*/metrics.json"))
+    assert len(finished) < 3, "the sweep ended before it could be killed mid-way"
+    subprocess.run([*command, str(killed)], env=env, check=True, capture_output=True, timeout=600)
+    namespace = {"__name__": "sweep_script"}
+    exec(SWEEP_SCRIPT, namespace)  # the same configs, trained here in one uninterrupted sweep
+    uninterrupted = run_sweep(namespace["configs"](str(tiny_data), str(tmp_path / "uninterrupted")), lambda line: None)
+    assert results(killed / d.name for d in uninterrupted) == results(uninterrupted)
+
+
+@pytest.mark.slow
+def test_a_ray_sweep_gives_the_results_of_local_workers(tiny_data, cache, tmp_path):
+    ray = pytest.importorskip("ray", reason='Ray is not installed: pip install -e ".[ray]" to run the Ray sweep test')
+    local = run_sweep(smoke(tiny_data, tmp_path / "local"), lambda line: None)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        log = []
+        remote = run_sweep(smoke(tiny_data, tmp_path / "ray"), log.append, ray=True)
+    finally:
+        ray.shutdown()
+    assert results(remote) == results(local)
+    assert all((d / "config.json").is_file() for d in remote)
+
+
+@pytest.mark.slow
+def test_the_sweep_benchmark_times_both_modes_on_the_same_runs(real_data_dir, real_cache_dir, monkeypatch):
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(real_cache_dir))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import bench_sweep
+
+    result = bench_sweep.run(torch.device("cpu"), runs=2, iterations=2, rounds=1)
+    assert result["runs"] == 2 and len(result["speedups_by_round"]) == 1
+    assert result["workers1_seconds"] > 0 and result["workers2_seconds"] > 0
+    assert result["workers2_speedup"] == result["workers1_seconds"] / result["workers2_seconds"]
