@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-ENV_KEYWORDS = ("split", "arch", "width", "k_cpt", "error_cost", "clip_actions", "train", "joint", "net", "device",
-                "seed", "share")
+ENV_KEYWORDS = ("split", "arch", "width", "k_cpt", "error_cost", "max_error_cost", "clip_actions", "train", "joint",
+                "net", "device", "seed", "share")
 """Keywords every routing env takes itself; any other keyword goes to the task's constructor."""
 
 ENTRY_POINT = "routing_rl.envs.routing_env:RoutingEnv"
@@ -43,11 +43,38 @@ class NetShare:
     vectorization_mode="sync")`` copies them once for all its sub-envs, which therefore route
     and train one net. (Sub-envs in ``"async"`` mode live in separate processes: each builds
     its own net, from the same seed.)
+
+    ``gym.make(id, share="name")`` instead uses the process-wide share of that name
+    (:meth:`named`), for tools that make their training and evaluation envs apart, from plain
+    keywords (the RL Zoo; ``docs/rl-benchmark.md``): an env with ``train=False`` routes the net
+    of the latest env made with ``train=True`` and that name, which trains it. A training env
+    takes over a net only evaluation envs have made so far (the Zoo makes its evaluation env
+    first) and otherwise builds a new one: a new training env is a new run (the Zoo's Optuna
+    trials). So one name serves one training env at a time (the Zoo's ``n_envs: 1``).
     """
+
+    _named: dict[str, NetShare] = {}
 
     def __init__(self):
         self.net = None
         self.trainer = None
+        self.claimed = False  # a training env made with this share trains its net
+
+    def claim(self) -> None:
+        """A training env is being made with this share: it builds a new net if a training env
+        already had the current one, and its own trainer in any case."""
+        if self.claimed:
+            self.net = None
+        self.trainer = None
+        self.claimed = True
+
+    @classmethod
+    def named(cls, name: str) -> NetShare:
+        """The process-wide share called ``name`` (made empty on first use; it keeps its latest
+        net for the life of the process)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"share must be a non-empty name, got {name!r}")
+        return cls._named.setdefault(name, cls())
 
     def __deepcopy__(self, memo) -> NetShare:
         return NetShare()

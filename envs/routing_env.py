@@ -40,7 +40,8 @@ class RoutingEnv(TrafficControls, gym.Env):
     ## Rewards
     ``-k_cpt × MACs`` of the nodes and routers computed in the step (the nodes from the root
     to the first junction are charged in the first step), plus ``-c_err`` (the task's error
-    cost: cross-entropy in nats, or 0/1) when a leaf is reached.
+    cost: cross-entropy in nats, or 0/1; at most ``max_error_cost`` when given) when a leaf
+    is reached. Scale and tails, and settings for RL benchmarks: ``docs/rl-benchmark.md``.
 
     ## Starting State
     A uniformly drawn input of the split (``np_random``), its k_cpt (one of ``K_CPT_VALUES``
@@ -52,16 +53,16 @@ class RoutingEnv(TrafficControls, gym.Env):
 
     ## Arguments
     ``gym.make(id, task=..., split="train", arch=None, width=1, seed=0, k_cpt=4e-9,
-    error_cost="cross_entropy", clip_actions=False, train=True, joint=None, net=None,
-    device="cpu", **task_keywords)`` — see :mod:`~routing_rl.envs.factory`. ``seed`` fixes the
+    error_cost="cross_entropy", max_error_cost=None, clip_actions=False, train=True,
+    joint=None, net=None, device="cpu", **task_keywords)`` — see :mod:`~routing_rl.envs.factory`. ``seed`` fixes the
     net's initial weights; ``reset(seed=...)`` the episodes. With ``train=True`` (default)
     the env also trains the net's transforms and heads on the paths chosen
     (:mod:`~routing_rl.envs.joint`); ``env.unwrapped.eval()`` freezes it.
 
     ## Info
     ``macs`` so far, ``label``, ``source`` (the task's source name) and ``k_cpt`` at every
-    step; at a leaf also ``leaf`` (its name), ``correct``, ``c_err`` (and ``frame`` for
-    sequences).
+    step; at a leaf also ``leaf`` (its name), ``correct``, ``c_err`` (as charged, so bounded
+    by ``max_error_cost``; and ``frame`` for sequences).
     """
 
     metadata = {"render_modes": []}

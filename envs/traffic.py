@@ -121,6 +121,8 @@ class Traffic:
         layout: observation layout of ``net``.
         k_cpt: cost per MAC, or ``"dynamic"`` to draw one of ``K_CPT_VALUES`` per episode.
         error_cost: ``cross_entropy`` or ``zero_one`` (the reward's c_err).
+        max_error_cost: the c_err charged is at most this (in the error cost's units: nats for
+            cross-entropy); None: unbounded.
         trainer: trains the net on finished paths while :attr:`training` is on.
         training: joint training (and augmentation, if the trainer's options ask) on or off.
         cost: what each node's computation costs; None: its MACs.
@@ -131,7 +133,8 @@ class Traffic:
     """
 
     def __init__(self, task, net: RoutedNet, split: Split, n: int, layout: ObservationLayout, k_cpt,
-                 error_cost: str, trainer: FeatureTrainer, training: bool, cost: CostModel | None = None):
+                 error_cost: str, trainer: FeatureTrainer, training: bool, cost: CostModel | None = None,
+                 max_error_cost: float | None = None):
         self.task = task
         self.source_names = np.array(task.sources, dtype=object)
         self.net = net
@@ -144,6 +147,7 @@ class Traffic:
         self.k_cpt_setting = k_cpt
         self.k_cpt_model = KCpt(k_cpt)
         self.error_cost = error_cost
+        self.max_error_cost = max_error_cost
         self.trainer = trainer
         self.training = training
         self.node_macs = {name: net.macs[name] + net.router_macs[name] for name in net.order}
@@ -167,7 +171,7 @@ class Traffic:
     def with_slots(self, n: int) -> Traffic:
         """Another traffic of ``n`` slots on the same task, net, split, costs and trainer."""
         return Traffic(self.task, self.net, self.split, n, self.layout, self.k_cpt_setting, self.error_cost,
-                       self.trainer, self.training, self.cost_model)
+                       self.trainer, self.training, self.cost_model, self.max_error_cost)
 
     @property
     def label(self) -> np.ndarray:
@@ -300,7 +304,7 @@ class Traffic:
             logits = node.transform(take(node.reads(group.state), rows))
             slots = group.slots[others]
             labels = torch.from_numpy(self.labels_at(slots)).to(self.device)
-            c_err = self.task.error_cost(logits.float(), labels, self.error_cost).double().cpu().numpy()
+            c_err = self.charged_error(logits, labels).double().cpu().numpy()
             k_cpt = self.k_cpt[slots]
             self.side_exits.append(SideExits(
                 self.layout.observe(name, group.descriptor.index_select(0, rows), k_cpt),
@@ -355,6 +359,12 @@ class Traffic:
                 infos[slot]["frame"] = int(self.frame[slot])
         return infos
 
+    def charged_error(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """``(b,)`` the c_err a leaf's reward charges: the task's error cost of ``logits``
+        ``(b, classes)``, at most :attr:`max_error_cost`."""
+        c_err = self.task.error_cost(logits.float(), labels, self.error_cost)
+        return c_err if self.max_error_cost is None else c_err.clamp(max=self.max_error_cost)
+
     @torch.no_grad()
     def _advance(self, pending: dict[str, tuple[State, np.ndarray]]) -> Finished:
         """Run each pending batch through its node and on, in tree order (every parent before
@@ -387,7 +397,7 @@ class Traffic:
 
     def _leaf(self, name: str, slots: np.ndarray, logits: torch.Tensor):
         labels = torch.from_numpy(self.labels_at(slots)).to(self.device)
-        c_err = self.task.error_cost(logits.float(), labels, self.error_cost)
+        c_err = self.charged_error(logits, labels)
         correct = logits.argmax(1) == labels
         leaf = np.full(len(slots), self.net.leaf_index[name], dtype=np.int64)
         ended = self.frame[slots] == self.split.frames - 1
