@@ -37,7 +37,16 @@ class Learner(ABC):
         config: the run's configuration (hyperparameters, schedules, k_cpt).
         device: where batches will arrive.
         cost: what each node's computation costs (c_cpt = k_cpt × cost); None: its MACs.
+
+    Attributes:
+        task: the routing task the splits come from (set by
+            :func:`~routing_rl.agents.registry.make_learner`; None: splits of single inputs).
+            A learner that routes a split one input at a time outside training plays a split
+            of sequences through its memory first
+            (:func:`~routing_rl.training.episodes.frame_examples`).
     """
+
+    task = None
 
     def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None):
         self.net = net
@@ -58,7 +67,7 @@ class Learner(ABC):
 
     def before_evaluation(self, train: Split) -> None:
         """Called before every validation and before the final test evaluation, with the
-        training split (un-augmented): a learner whose evaluation-mode net needs refreshing
+        training split (un-augmented; clips for a sequence task): a learner whose evaluation-mode net needs refreshing
         from training data (batch-norm statistics) does it here."""
 
     def decide(self, k_cpt: float | None) -> Decide:

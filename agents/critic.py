@@ -119,6 +119,7 @@ from routing_rl.core.graph import FullOutput, RoutedNet
 from routing_rl.core.k_cpt import CostModel, c_cpt, expected_c_cpt
 from routing_rl.core.policies import sample, sample_with
 from routing_rl.training.batchnorm import recalibrate
+from routing_rl.training.episodes import frame_examples
 
 CALIBRATION_IMAGES = 4096
 """Training images whose routed statistics replace a sampled critic's batch-norm running
@@ -302,9 +303,12 @@ class CriticLearner(SGDLearner):
 
     def before_evaluation(self, train: Split) -> None:
         """Sampled execution: batch-norm statistics recomputed on :data:`CALIBRATION_IMAGES`
-        training images routed by the inference policy (see the module docstring)."""
+        training images routed by the inference policy (see the module docstring); for a
+        sequence task, frames of training clips with the memory that policy carried."""
         if self.execution != "sampled":
             return
+        train = frame_examples(self.net, self.task, train, argmax_decide, self.eval_k_cpts()[0], CALIBRATION_IMAGES,
+                               self.config.seed)
         generator = torch.Generator().manual_seed(self.config.seed)
         pick = torch.randperm(len(train), generator=generator)[:CALIBRATION_IMAGES]
         values = torch.tensor(self.k_cpt.values, dtype=self.dtype, device=self.device)

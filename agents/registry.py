@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from routing_rl.agents.actor import ActorLearner
@@ -15,7 +17,9 @@ from routing_rl.envs.task import RoutingTask
 from routing_rl.nets.multiscale import build
 from routing_rl.nets.seeding import seeded_net
 from routing_rl.training.acceleration import accelerate
-from routing_rl.training.config import TrainConfig
+from routing_rl.training.config import SB3_AGENTS, TrainConfig
+from routing_rl.training.evaluate import evaluate
+from routing_rl.data import Split
 
 
 def build_net(config: TrainConfig, task: RoutingTask | int, device: torch.device | str = "cpu") -> RoutedNet:
@@ -42,4 +46,27 @@ def make_learner(config: TrainConfig, task: RoutingTask | int, device: torch.dev
     if config.agent not in learners:
         raise ValueError(f"agent {config.agent!r} is not a gradient learner; choose one of {', '.join(learners)}")
     net = accelerate(build_net(config, task, device), config.channels_last, config.compile)
-    return learners[config.agent](net, config, device, cost)
+    learner = learners[config.agent](net, config, device, cost)
+    learner.task = task if isinstance(task, RoutingTask) else None
+    return learner
+
+
+PREFLIGHT_EXAMPLES = 8
+"""Validation examples (clips for a sequence task) that :func:`check_agent` judges an untrained learner on."""
+
+
+def check_agent(config: TrainConfig, task: RoutingTask, validation: Split) -> None:
+    """Raise ValueError now, before anything is written or trained, if ``config.agent`` cannot
+    train ``task``'s net or be judged after training: builds the learner on a throwaway net on
+    the CPU (a net it cannot train is refused by its constructor) and runs what follows
+    training — :meth:`~routing_rl.agents.base.Learner.before_evaluation`, the evaluation
+    points, the evaluator — on a few ``validation`` examples. The SB3 agents are checked when
+    their environment is made."""
+    if config.agent in SB3_AGENTS:
+        return
+    trial = dataclasses.replace(config, compile=False, channels_last=False)
+    learner = make_learner(trial, task, torch.device("cpu"))
+    sample = validation.subset(torch.arange(min(PREFLIGHT_EXAMPLES, len(validation))))
+    learner.before_evaluation(sample)
+    for _, k_cpt, decide in learner.evaluation_points(sample):
+        evaluate(learner.net, sample, k_cpt, decide, classes=task.classes, sources=task.sources, task=task)

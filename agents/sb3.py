@@ -62,7 +62,7 @@ import pickle
 import re
 import sys
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -441,7 +441,7 @@ def check_sb3_fits(config: TrainConfig, task: RoutingTask, device: torch.device)
     buffer one per env step, both in host memory."""
     from routing_rl.training.footprint import FLOAT_BYTES, SUGGESTION_SHARE, available_bytes, check_fits
 
-    check_fits(config, lambda width: task.build_net(config.arch, width, config.dynamic_k_cpt), device,
+    check_fits(config, lambda width: task.make_net(config.arch, width, config.dynamic_k_cpt), device,
                batch_size=config.n_envs, flag="--n-envs")
     observation = task.observation_layout(task.make_net(config.arch, config.width), config.dynamic_k_cpt)
     floats = int(np.prod(observation.observation_space.shape))
@@ -502,7 +502,7 @@ def check_identity(path: Path, routing: dict) -> None:
 
 def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: Path, device: torch.device,
               callbacks: Sequence[BaseCallback] = (), resume: bool = False,
-              cost: CostModel | None = None) -> SB3Result:
+              cost: CostModel | None = None, figures: Callable[[dict], dict] | None = None) -> SB3Result:
     """Train ``config.agent`` (dqn, ppo or a2c) on ``task`` (a dataset in memory: the paper's
     image task on it) with ``config.iterations × config.batch_size`` training images
     (``config.iterations`` steps of the feature network).
@@ -515,10 +515,12 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     :class:`~routing_rl.training.interrupt.Interrupted`. Writes TensorBoard/CSV logs,
     checkpoints, ``best_model.zip`` (best validation return) and ``model.zip`` into
     ``run_dir``. The envs' rewards charge ``k_cpt × cost`` (None: the nodes' MACs).
+    ``figures``: a validation entry -> ``{tag: figure}`` logged at every validation
+    (:class:`~routing_rl.agents.sb3_callbacks.Validation`), the last one at the last iteration.
     """
     env_id = config.env if isinstance(task, RoutingTask) else None  # a dataset in memory has no id to rebuild from
     task = task if isinstance(task, RoutingTask) else ImageTask(task)
-    config.validate(task.archs)
+    config.validate(task.all_archs(), task.static_archs())
     if config.agent not in SB3_AGENTS:
         raise ValueError(f"train_sb3 trains {', '.join(SB3_AGENTS)}, not {config.agent!r}")
     run_dir = Path(run_dir)
@@ -540,6 +542,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
 
     history_path = run_dir / HISTORY_FILE
     trainer = env.unwrapped.trainer
+    trainer.limit = config.iterations
     loaded_from = None
     if resume:
         model, loaded_from = load_newest(run_dir, env, device, routing)
@@ -557,7 +560,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     k_cpts = eval_values(config.k_cpt)
     progress = Progress(config.iterations, trainer.updates, f"{config.agent} {config.arch}")
     validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),
-                                     history_path, lambda: trainer.updates, history, task, progress)
+                                     history_path, lambda: trainer.updates, history, task, progress, figures)
     evaluation = EvalCallback(eval_env, n_eval_episodes=min(len(validation), 500), eval_freq=1,
                               best_model_save_path=str(run_dir), log_path=str(run_dir),
                               callback_after_eval=validation_callback, verbose=0)
@@ -581,6 +584,10 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
             if trainer.updates < config.iterations:
                 log_interval = n_envs if config.agent == "dqn" else 1  # DQN counts episodes, PPO/A2C rollouts
                 model.learn(bound, callback=callback, log_interval=log_interval, reset_num_timesteps=not resume)
+            done = validation_callback.history
+            if trainer.updates and (not done or done[-1]["iteration"] < trainer.updates):  # judged at the last iteration too
+                validation_callback.init_callback(model)
+                validation_callback.on_step()
         except Interrupted:  # at a clean point: the zip and what it needs to continue exactly
             path = run_dir / CHECKPOINTS / f"{config.agent}_{trainer.updates}_iterations.zip"
             save_resume_state(path, model, eval_env, evaluation)

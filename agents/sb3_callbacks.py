@@ -8,7 +8,9 @@
 * :class:`Validation` — run by SB3's ``EvalCallback`` after each of its evaluations: the
   shared evaluator (:func:`routing_rl.training.evaluate.evaluate`) on the validation split, routing by
   the agent, at every k_cpt the run is judged at. Logs ``charts/val_accuracy``,
-  ``charts/val_mean_macs`` and ``routing/val_fraction/<leaf>`` and keeps a history.
+  ``charts/val_mean_macs``, ``routing/val_fraction/<leaf>`` and the figures it is given
+  (``figures/node_link``) and keeps a history; :func:`~routing_rl.agents.sb3.train_sb3` runs it
+  once more at the end when the last evaluation came before the last iteration.
 * :class:`EveryIterations` — runs its child callback each time the feature trainer completes
   another ``every`` iterations (optimiser steps of ``batch_size`` finished episodes, i.e.
   images), the clock every learner's schedule runs on.
@@ -33,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from routing_rl.envs.joint import FeatureTrainer
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EventCallback
-from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat, make_output_format
+from stable_baselines3.common.logger import Figure, Logger, TensorBoardOutputFormat, make_output_format
 from torch.utils.tensorboard import SummaryWriter
 
 from routing_rl.core.files import atomic_write_text
@@ -79,28 +81,34 @@ class Validation(BaseCallback):
         decide: k_cpt -> the agent's routing ``decide`` at that cost.
         clock: the current training iteration.
         history: entries ``{"iteration", "evaluations"}`` of an earlier part of the run.
-        task: the routing task, whose memory episodes of frames carry.
+        task: the routing task, whose memory episodes of frames carry, and whose class and
+            source names the results use.
         progress: told the accuracy of each validation (at the first k_cpt).
+        figures: entry -> ``{tag: matplotlib figure}`` logged beside the scalars (the
+            application's ``figures/node_link``); None: none.
     """
 
     def __init__(self, net: RoutedNet, validation: Split, k_cpts: list[float], decide: Callable[[float], Decide],
                  path: Path, clock: Callable[[], int], history: list[dict] | None = None, task=None,
-                 progress: Progress | None = None):
+                 progress: Progress | None = None, figures: Callable[[dict], dict] | None = None):
         super().__init__()
         self.net, self.validation, self.k_cpts, self.decide, self.task = net, validation, k_cpts, decide, task
         self.progress = progress
-        self.clock = clock
+        self.clock, self.figures = clock, figures
         self.path = Path(path)
         self.history = list(history or [])
 
     def _on_step(self) -> bool:
         entry = {"iteration": self.clock(), "evaluations": []}
+        names = {"classes": self.task.classes, "sources": self.task.sources} if self.task is not None else {}
         for k_cpt in self.k_cpts:
-            result = evaluate(self.net, self.validation, k_cpt, self.decide(k_cpt), task=self.task)
+            result = evaluate(self.net, self.validation, k_cpt, self.decide(k_cpt), task=self.task, **names)
             entry["evaluations"].append(result)
             suffix = "" if len(self.k_cpts) == 1 else f"_k{k_cpt:g}"
             for tag, value in evaluation_scalars(result, "val" + suffix).items():
                 self.logger.record(tag, value)
+        for tag, figure in (self.figures(entry) if self.figures is not None else {}).items():
+            self.logger.record(tag, Figure(figure, close=True), exclude=("stdout", "log", "json", "csv"))
         self.logger.dump()  # EvalCallback has dumped already; tie these to this iteration
         self.history.append(entry)
         atomic_write_text(self.path, json.dumps(self.history))

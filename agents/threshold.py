@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from routing_rl.agents.base import SGDLearner
+from routing_rl.training.episodes import frame_examples
 from routing_rl.training.sgd import check_error_cost, leaf_errors, scalars
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
@@ -114,7 +115,11 @@ class ThresholdLearner(SGDLearner):
 
     @torch.no_grad()
     def confidences(self, split: Split, batch_size: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(N, K)`` each head's max softmax probability and whether it is right, heads in depth order."""
+        """``(N, K)`` each head's max softmax probability and whether it is right, heads in depth
+        order. For a sequence task, ``N`` counts frames, each with the memory that taking the
+        last head at every frame carries (the routing before any threshold is set)."""
+        deepest = self.threshold_decide(torch.full_like(self.thresholds, math.inf))
+        split = frame_examples(self.net, self.task, split, deepest, self.config.k_cpt)
         was_training = self.net.training
         self.net.eval()
         confidence, correct = [], []

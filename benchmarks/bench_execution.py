@@ -25,8 +25,10 @@ an example that runs to the end (bookkeeping plus seven routers), in ms per call
 
 CPU runs use one intra-op thread (as ``bench_learners``) and the allocator setting of
 :func:`routing_rl.core.memory.retain_freed_memory`, as the command-line tools do;
-``allocator_default`` repeats batch 1024 in a fresh process with glibc's default
-thresholds, to show what that setting buys.
+``allocator_default`` repeats batch 1024 in a fresh process that sets nothing itself — what a
+library user's own script gets, since the first routed execution on the CPU applies the
+setting. (``ROUTING_RL_RETAIN_FREED_MEMORY=0 python benchmarks/bench_execution.py
+--allocator-default`` keeps glibc's default thresholds, to show what the setting buys.)
 
     python benchmarks/bench_execution.py            # prints the JSON result, on the CPU
 """
@@ -180,7 +182,7 @@ def _pinned_threads(device: torch.device):
 
 
 def _allocator_default(device: torch.device, repeats: int) -> dict:
-    """Batch 1024 in a fresh process that keeps glibc's default allocator thresholds."""
+    """Batch 1024 in a fresh process that sets no allocator threshold itself (a library user's)."""
     command = [sys.executable, str(Path(__file__).resolve()), "--allocator-default", "--repeats", str(repeats)]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -50,6 +50,10 @@ class ImageTask(RoutingTask):
     def default_arch(self, agent: str | None) -> str:
         return "static-8" if agent == "static" else "chain"
 
+    def static_archs(self) -> tuple[str, ...]:
+        """The paper's static nets: ``static-N``, the first N columns and one head."""
+        return tuple(arch for arch in self.archs if arch.startswith("static-"))
+
     def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:
         return build(arch, width, len(self.classes), k_cpt_input=k_cpt_input)
 

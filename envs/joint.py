@@ -94,8 +94,12 @@ class FeatureTrainer:
     """Replays finished paths through ``net`` and steps its transforms and heads.
 
     ``state_dict`` / ``load_state_dict`` (optimiser momentum and the step count that drives the
-    schedule) let an SB3 model save it in its zip beside the net.
+    schedule) let an SB3 model save it in its zip beside the net. ``limit``: the most updates
+    it takes (a run's ``iterations``; None: no limit) — one environment step can finish several
+    batches of episodes, and a budget of images is not exceeded by them.
     """
+
+    limit: int | None = None
 
     def __init__(self, net: RoutedNet, options: JointTraining = JointTraining()):
         self.net = net
@@ -118,7 +122,7 @@ class FeatureTrainer:
         not reached) and cost per MAC. Trains whenever a batch is complete."""
         self._pending.append((images, labels, decisions, k_cpt))
         self._count += len(labels)
-        while self._count >= self.options.batch_size:
+        while self._count >= self.options.batch_size and (self.limit is None or self.updates < self.limit):
             self._update()
 
     def lr(self) -> float:

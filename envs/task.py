@@ -12,7 +12,9 @@ about how it is learned:
   routers arranged as a :class:`~routing_rl.core.graph.RoutedNet`, whose per-example MACs are
   counted by :mod:`routing_rl.core.macs` when it is built. :attr:`RoutingTask.archs` names
   the nets a task offers (the CLI's ``--arch``); :meth:`RoutingTask.make_net` builds one with
-  seeded weights (:func:`routing_rl.nets.seeding.seeded_net`).
+  seeded weights (:func:`routing_rl.nets.seeding.seeded_net`). The static baseline's nets
+  (:meth:`RoutingTask.static_archs`) are derived from the routed net's paths unless the task
+  names its own.
 * **the error cost** — :meth:`RoutingTask.error_cost`: c_err per example from the leaf's
   logits (the reward at a leaf is ``-(c_err + k_cpt × MACs)``).
 * **what the agent observes** — :meth:`RoutingTask.observation_layout`: by default the
@@ -46,7 +48,7 @@ import gymnasium as gym
 import torch
 
 from routing_rl.core.costs import error_cost
-from routing_rl.core.graph import RoutedNet
+from routing_rl.core.graph import RoutedNet, path_net
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.registration import ENV_KEYWORDS, register_task
 from routing_rl.nets.seeding import seeded_net
@@ -65,6 +67,8 @@ class RoutingTask(ABC):
 
     Attributes:
         archs: the names of the nets :meth:`build_net` can build; the first is the default.
+            The static agent's nets (``static-<leaf>``) are derived from the first unless
+            :meth:`static_archs` is overridden.
 
     The names this class defines (``dataset``, ``classes``, ``sources``, ``name``,
     ``make_net``, ``examples``, ...) are its interface: do not use them for your options.
@@ -114,16 +118,46 @@ class RoutingTask(ABC):
 
     def default_arch(self, agent: str | None) -> str:
         """The arch ``agent`` trains when none is given (``None``: an environment's agent).
-        Default: the first of :attr:`archs`."""
+        Default: the first of :attr:`archs`; for the static agent, the static net with the
+        most MACs (the routed net's deepest path)."""
+        if agent == "static" and self.static_archs():
+            return max(self.static_archs(), key=lambda arch: self.make_net(arch).leaf_path_macs[0])
         return self.archs[0]
+
+    def static_archs(self) -> tuple[str, ...]:
+        """The nets without junctions that the static agent trains: the baseline every routed
+        net is compared with. Default: ``static-<leaf>`` for each leaf of the first arch's net
+        (in ``net.leaves`` order) whose path holds trainable weights — the nodes from the root
+        to that leaf with their junctions' routers removed
+        (:func:`~routing_rl.core.graph.path_net`), so each is exactly what the routed net
+        computes for an example sent to that leaf — and every net of :attr:`archs` that has
+        no junction. Override to name only your own (they must be in :attr:`archs`)."""
+        if "_static_archs" not in self.__dict__:
+            nets = {arch: seeded_net(lambda: self.build_net(arch, 1, False), 0) for arch in self.archs}
+            own = [arch for arch, net in nets.items() if not net.junctions]
+            routed = nets[self.archs[0]]
+            trained = [leaf for leaf in routed.leaves if any(
+                p.requires_grad for name in routed.nodes_to(leaf) for p in routed.nodes[name].transform.parameters())]
+            self.__dict__["_static_archs"] = (*own, *(f"static-{leaf}" for leaf in trained if routed.junctions))
+        return self.__dict__["_static_archs"]
+
+    def all_archs(self) -> tuple[str, ...]:
+        """Every arch :meth:`make_net` builds: :attr:`archs` and :meth:`static_archs`."""
+        return (*self.archs, *(a for a in self.static_archs() if a not in self.archs))
 
     def make_net(self, arch: str | None = None, width: int = 1, k_cpt_input: bool = False, seed: int = 0,
                  device: str | torch.device = "cpu") -> RoutedNet:
-        """:meth:`build_net` with weights initialised from ``seed``, on ``device``."""
+        """:meth:`build_net` with weights initialised from ``seed``, on ``device``; a derived
+        static arch (``static-<leaf>``, :meth:`static_archs`) is the first arch's net cut to
+        that leaf's path."""
         arch = self.default_arch(None) if arch is None else arch
-        if arch not in self.archs:
-            raise ValueError(f"{type(self).__name__} has no arch {arch!r}; choose one of {', '.join(self.archs)}")
-        net = seeded_net(lambda: self.build_net(arch, width, k_cpt_input), seed, device)
+        if arch not in self.all_archs():
+            raise ValueError(f"{type(self).__name__} has no arch {arch!r}; choose one of {', '.join(self.all_archs())}")
+        if arch in self.archs:
+            net = seeded_net(lambda: self.build_net(arch, width, k_cpt_input), seed, device)
+        else:
+            leaf = arch.removeprefix("static-")
+            net = seeded_net(lambda: path_net(self.build_net(self.archs[0], width, False), leaf), seed, device)
         if net.classes != len(self.classes):
             raise ValueError(f"{type(self).__name__}.build_net({arch!r}) predicts {net.classes} classes, "
                              f"the dataset has {len(self.classes)}")
@@ -159,7 +193,8 @@ class RoutingTask(ABC):
     def carry(self, memory: torch.Tensor | None, inputs: torch.Tensor, logits: torch.Tensor,
               leaf: torch.Tensor) -> torch.Tensor | None:
         """The memory after a frame: ``inputs`` ``(b, ...)`` reached leaves ``leaf`` ``(b,)``
-        (indices into ``net.leaves``) with ``logits`` ``(b, classes)``. Default: unchanged."""
+        (indices into ``net.leaves`` of the net being run: always 0 for a static net) with
+        ``logits`` ``(b, classes)``. Default: unchanged."""
         return memory
 
     def examples(self, split: Split) -> Split:

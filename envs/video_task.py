@@ -31,7 +31,9 @@ Terminates after the clip's last frame reached a leaf; never truncates.
 
 ## Arguments
 ``frames`` (16), ``train_clips`` (5000: about 1 GB of frames), ``test_clips`` (500), ``clip_seed`` (0),
-``images`` (``hybrid``), ``data_dir``, ``download``, and every routing env keyword (``k_cpt``, ``train``, ...).
+``images`` (``hybrid``), ``data_dir``, ``download``, ``train_examples`` and ``eval_examples`` (caps on
+the clips made: a training run passes its ``--train-examples`` and ``--eval-examples``, so
+``--preset smoke`` makes a few hundred clips), and every routing env keyword (``k_cpt``, ``train``, ...).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from routing_rl.core.graph import RoutedNet
 from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.data.video import ClipConfig, Clips, make_clips
 from routing_rl.envs.task import RoutingTask
-from routing_rl.nets.video import LEAVES, REUSE, MemoryLayout, pack, video_net
+from routing_rl.nets.video import DEEP, LEAVES, REUSE, MemoryLayout, pack, video_net
 
 TEST_SEED_OFFSET = 1
 """Test clips are drawn with ``clip_seed + 1``: another stream than the training clips'."""
@@ -64,18 +66,25 @@ class VideoTask(RoutingTask):
             32×32 images with train and test splits.
         data_dir: where the named dataset's files are.
         download: whether a named dataset missing from ``data_dir`` may be downloaded.
+        train_examples: at most this many training clips are made (None: ``train_clips``); a
+            run passes its cap (:func:`~routing_rl.app.runs.task_for`).
+        eval_examples: at most this many test clips are made (None: ``test_clips``).
     """
 
     archs = ("video",)
 
     def __init__(self, frames: int = 16, train_clips: int = 5000, test_clips: int = 500, clip_seed: int = 0,
-                 images: str | RoutingDataset = "hybrid", data_dir: str | Path | None = None, download: bool = True):
+                 images: str | RoutingDataset = "hybrid", data_dir: str | Path | None = None, download: bool = True,
+                 train_examples: int | None = None, eval_examples: int | None = None):
         if not isinstance(images, (str, RoutingDataset)):
             raise TypeError(f"images must be a dataset name or a RoutingDataset, got {type(images).__name__}")
         self.config = ClipConfig(frames=frames)
-        for name, value in (("train_clips", train_clips), ("test_clips", test_clips)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        for name, value in (("train_clips", train_clips), ("test_clips", test_clips), ("train_examples", train_examples),
+                            ("eval_examples", eval_examples)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        train_clips = min(train_clips, train_examples or train_clips)
+        test_clips = min(test_clips, eval_examples or test_clips)
         self.train_clips, self.test_clips, self.clip_seed = train_clips, test_clips, clip_seed
         self.images, self.data_dir, self.download = images, data_dir, download
         self.clips: dict[str, Clips] = {}
@@ -105,6 +114,15 @@ class VideoTask(RoutingTask):
         }
         return RoutingDataset(f"video-{images.name}", images.classes, splits["train"], splits["test"], description,
                               images.sources)
+
+    def static_archs(self) -> tuple[str, ...]:
+        """The cheap and the deep path of the video net without its routers (the reuse path has
+        no weights to train), named without loading the clips. Their change detector feeds no
+        router, so the memory carried beside each frame does not change what they compute."""
+        return tuple(f"static-{leaf}" for leaf in LEAVES if leaf != REUSE)
+
+    def default_arch(self, agent: str | None) -> str:
+        return f"static-{DEEP}" if agent == "static" else self.archs[0]
 
     def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:
         net = video_net(len(self.classes), width, k_cpt_input)

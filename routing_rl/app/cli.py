@@ -32,7 +32,9 @@ HELP = {
     "policy": "training routing policy: " + ", ".join(POLICIES) + " (default: the agent's own)",
     "env": "routing task id: a routing_rl/ id, or PKG.MODULE:TaskId-v0 for a task your package registers (docs/plugins.md)",
     "dataset": "dataset of the image envs: " + ", ".join(DATASETS) + " (the hybrid-* are the task suite's variants); default: the env's",
-    "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent; a plug-in task names its own",
+    "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent; a plug-in task names its own, and "
+            "static-LEAF for the static agent (default: the task's: chain, static-8 for the static agent; a plug-in's "
+            "first arch, its deepest static-LEAF for the static agent)",
     "width": "channel multiplier of every column",
     "k_cpt": "cost per MAC, e.g. 4e-9, or 'dynamic' (sampled per example, routers read it)",
     "cost": "what k_cpt is charged per: macs, or latency (each node timed on this device, in MAC-equivalents)",
@@ -163,15 +165,21 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     return parser
 
 
+_TASK_IN_USE: list = []
+"""The task the parsed flags name, kept alive so that the run shares it (``make_task`` shares
+live instances) rather than loading its data a second time."""
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     preset = values.pop("preset") or DEFAULT_PRESET
     from routing_rl.app.runs import task_for
 
-    task = task_for(values)
+    task = task_for({**PRESET_VALUES[preset], **{k: v for k, v in values.items() if v is not None}})
+    _TASK_IN_USE[:] = [task]
     if values.get("arch") is None:
         values["arch"] = task.default_arch(values.get("agent") or TrainConfig.agent)
-    return make_config(preset, archs=task.archs, **values)
+    return make_config(preset, archs=task.all_archs(), static_archs=task.static_archs(), **values)
 
 
 def main(argv: list[str] | None = None, prog: str = "train_agent.py", leaving: bool = False) -> int:

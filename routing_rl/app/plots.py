@@ -144,12 +144,22 @@ def _mixes_sources(evaluation: dict) -> bool:
     return sum(1 for count in totals.values() if count) > 1
 
 
+def mix_legend(evaluation: dict) -> str:
+    """What the right panel's colours mean, in the evaluation's own source or class names:
+    ``blue: <first> / red: <last>``."""
+    leaf = next(iter(evaluation["leaves"].values()))
+    names = list(leaf["by_source"] if _mixes_sources(evaluation) else leaf["by_class"])
+    middle = "" if len(names) <= 2 else " (between: the mean index)"
+    return f"blue: {names[0]} / red: {names[-1]}{middle}"
+
+
 def node_link_figure(rows: Sequence[tuple[str, dict, dict]]) -> Figure:
     """One row per net: ``(label, structure, evaluation)``.
 
     Left panel: circle area = fraction of examples classified at that node, colour = its
     accuracy. Right panel: the same circles coloured by the mean source index of the examples
-    there (the CIFAR share on hybrid data), or by their mean class index for one source.
+    there (the CIFAR share on hybrid data), or by their mean class index for one source; the
+    legend names the evaluation's own sources or classes (:func:`mix_legend`). Leaves are labelled.
     """
     heights = []
     for _, structure, _ in rows:
@@ -171,6 +181,9 @@ def node_link_figure(rows: Sequence[tuple[str, dict, dict]]) -> Figure:
                     ax.plot([x0, x1], [y0, y1], color="0.75", lw=1, zorder=1)
             inner = [n["name"] for n in structure["nodes"] if n["sinks"]]
             ax.scatter([positions[n][0] for n in inner], [positions[n][1] for n in inner], s=8, color="0.5", zorder=2)
+            for name in evaluation["leaves"]:  # leaves named: a task's own nets are not columns of the paper's
+                ax.annotate(name, positions[name], xytext=(0, -9), textcoords="offset points", ha="center",
+                            va="top", fontsize=6, color="0.3", zorder=4)
             leaves = [(name, leaf) for name, leaf in evaluation["leaves"].items() if leaf["count"]]
             scatters[ax is ax_mix] = ax.scatter(
                 [positions[name][0] for name, _ in leaves],
@@ -188,7 +201,7 @@ def node_link_figure(rows: Sequence[tuple[str, dict, dict]]) -> Figure:
                 ax.spines[side].set_visible(False)
         ax_accuracy.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
     axes[0, 0].set_title("accuracy at each exit (area: share of examples)", fontsize=9)
-    axes[0, 1].set_title("what exits there (blue: MNIST digits / low class, red: CIFAR / high class)", fontsize=9)
+    axes[0, 1].set_title(f"what exits there ({mix_legend(rows[0][2])})", fontsize=9)
     for ax in axes[:-1].flat:
         ax.tick_params(labelbottom=False)
     axes[-1, 0].set_xlabel("column")

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import errno
 import json
+import math
 import os
 import sys
 import time
@@ -97,15 +98,24 @@ def join_processes(config: TrainConfig, device: torch.device) -> tuple[Distribut
 def task_for(config: TrainConfig | dict) -> RoutingTask:
     """The routing task of ``config.env`` (a registered id, or ``"module:id"`` of one your
     package registers), on ``config.dataset`` when given; its data is loaded on first use.
-    ``config`` may also be the fields given so far (a dict; the others take their defaults)."""
+    ``config`` may also be the fields given so far (a dict; the others take their defaults).
+
+    Besides ``data_dir`` and ``download``, a task whose constructor takes them is given the
+    run's caps: ``train_examples``, the most examples of its training split the run uses
+    (``--train-examples`` plus the validation share held out of it), and ``eval_examples``
+    (``--eval-examples``), so that a task that generates its data makes no more."""
     if isinstance(config, dict):
         defaults = TrainConfig()
         config = TrainConfig(**{name: config[name] if config.get(name) is not None else getattr(defaults, name)
-                                for name in ("env", "dataset", "data_dir", "download")})
+                                for name in ("env", "dataset", "data_dir", "download", "train_examples",
+                                             "eval_examples", "validation_fraction")})
     dataset = {"dataset": config.dataset} if config.dataset is not None else {}
+    train_examples = (None if config.train_examples is None
+                      else math.ceil(config.train_examples / (1 - config.validation_fraction)))
+    optional = {"data_dir": config.data_dir, "download": config.download, "train_examples": train_examples,
+                "eval_examples": config.eval_examples}
     try:
-        task, _ = task_from_env(config.env, optional={"data_dir": config.data_dir, "download": config.download},
-                                **dataset)
+        task, _ = task_from_env(config.env, optional=optional, **dataset)
     except (ValueError, TypeError) as error:
         raise RunError(str(error)) from None
     return task
@@ -116,7 +126,7 @@ def check_config(config: TrainConfig, task: RoutingTask) -> TrainConfig:
     given), an SB3 agent's keyword arguments by SB3 itself."""
     if config.arch is None:
         config.arch = task.default_arch(config.agent)
-    config.validate(task.archs)
+    config.validate(task.all_archs(), task.static_archs())
     if config.agent in SB3_AGENTS:
         from routing_rl.agents.sb3 import check_sb3_kwargs
 
@@ -348,7 +358,7 @@ def finished_metrics(run_dir: Path) -> dict:
 def check_fits_all(config: TrainConfig, task: RoutingTask, device: torch.device, resident: int) -> None:
     """MemoryError unless training, an SB3 agent's env and buffers, and a latency profile
     measured here all fit (:func:`~routing_rl.training.footprint.check_fits`)."""
-    build = lambda width: task.build_net(config.arch, width, config.dynamic_k_cpt)  # noqa: E731
+    build = lambda width: task.make_net(config.arch, width, config.dynamic_k_cpt)  # noqa: E731
     check_fits(config, build, device, resident)
     if config.agent in SB3_AGENTS:
         from routing_rl.agents.sb3 import check_sb3_fits
@@ -373,6 +383,12 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
         cost = run_cost_model(config, build_net(config, task, device), run_dir if saved_cost else None)
     except (ValueError, MemoryError) as error:  # unknown dataset names, partial copies, too large: the user's to fix
         raise RunError(str(error)) from None
+    from routing_rl.agents.registry import check_agent
+
+    try:
+        check_agent(config, task, task.examples(validation))
+    except ValueError as error:  # what would fail after training fails now, before the run folder exists
+        raise RunError(f"agent {config.agent} cannot train --arch {config.arch} of {config.env}: {error}") from None
     if distributed is None or distributed.is_main:
         held.callback(lock_run(run_dir).release)
         if resume is None:
@@ -391,7 +407,8 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
             from routing_rl.agents.sb3 import train_sb3
 
             started = time.perf_counter()
-            result = train_sb3(config, task, run_dir, device, resume=resume is not None, cost=cost)
+            result = train_sb3(config, task, run_dir, device, resume=resume is not None, cost=cost,
+                               figures=node_link_figures(summary(build_net(config, task, "cpu"))))
             net, evaluations = result.net, result.evaluations(task.examples(test))
             history, wall = result.history, time.perf_counter() - started
         else:
@@ -439,6 +456,15 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
     return metrics
 
 
+def node_link_figures(structure: dict):
+    """Validation entry -> ``{"figures/node_link": figure}``: where the entry's first
+    evaluation left the net of ``structure`` (:func:`~routing_rl.app.describe.summary`)."""
+    from routing_rl.app.plots import node_link_figure
+
+    return lambda entry: {"figures/node_link": node_link_figure(
+        [(f"iteration {entry['iteration']}", structure, entry["evaluations"][0])])}
+
+
 def write_checkpoint(path: Path, state: dict) -> None:
     """:func:`save_checkpoint`, a failed write (a full disk) a RunError that says the
     previous checkpoint is kept (the write is atomic)."""
@@ -453,7 +479,6 @@ def write_checkpoint(path: Path, state: dict) -> None:
 
 def _train_learner(config, task, train_part, validation, test, run_dir, device, resume, cost, distributed=None):
     from routing_rl.agents.registry import make_learner
-    from routing_rl.app.plots import node_link_figure
     from routing_rl.app.trainer import fit
 
     learner = make_learner(config, task, device, cost)
@@ -464,11 +489,11 @@ def _train_learner(config, task, train_part, validation, test, run_dir, device, 
     checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, device, config, learner.net) if resume else None
     start = checkpoint["training_state"]["iteration"] if checkpoint else 0
     monitor = Monitor(run_dir, total=config.iterations, initial=start, description=f"{config.agent} {config.arch}") if writes else None
-    structure = summary(learner.net)
+    figures = node_link_figures(summary(learner.net))
 
     def draw(entry: dict) -> None:
-        figure = node_link_figure([(f"iteration {entry['iteration']}", structure, entry["evaluations"][0])])
-        monitor.figure("figures/node_link", figure, entry["iteration"])
+        for tag, figure in figures(entry).items():
+            monitor.figure(tag, figure, entry["iteration"])
 
     try:
         state = fit(

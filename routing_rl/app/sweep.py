@@ -69,10 +69,10 @@ def sweep_configs(
     static = dict(overrides, lr=static_lr) if static_lr is not None else overrides
     for seed in seeds:
         for n in static_columns:
-            configs.append(make_config(preset, task.archs, agent="static", arch=f"static-{n}", seed=seed, **static))
+            configs.append(make_config(preset, task.all_archs(), task.static_archs(), agent="static", arch=f"static-{n}", seed=seed, **static))
         for agent in agents:
             for k_cpt in k_cpts:
-                configs.append(make_config(preset, task.archs, agent=agent, arch=arch or task.default_arch(agent),
+                configs.append(make_config(preset, task.all_archs(), task.static_archs(), agent=agent, arch=arch or task.default_arch(agent),
                                            k_cpt=k_cpt, seed=seed, **overrides))
     for config in configs:
         config.run_name = run_name(config)
@@ -189,7 +189,7 @@ def select_static_lr(
     task = task_for(overrides)
     configs = []
     for lr in candidates:
-        config = make_config(preset, task.archs, agent="static", arch=f"static-{columns}", lr=lr, seed=seed,
+        config = make_config(preset, task.all_archs(), task.static_archs(), agent="static", arch=f"static-{columns}", lr=lr, seed=seed,
                              iterations=iterations, eval_every=iterations, **overrides)
         config.run_name = f"lrsel-static-{columns}-lr{lr:g}"
         configs.append(config)

@@ -271,3 +271,13 @@ class RoutedNet(nn.Module):
         macs = {n: c.macs for n, c in transform_counters.items()}
         router_macs = {n: router_counters[n].macs if n in router_counters else 0 for n in self.order}
         return macs, router_macs
+
+
+def path_net(net: RoutedNet, leaf: str) -> RoutedNet:
+    """The static net an example routed to ``leaf`` runs: the nodes from the root down to
+    ``leaf`` (the same modules, weights shared with ``net``), their routers removed, so it
+    has no junctions; its one leaf keeps its name."""
+    names = net.nodes_to(leaf)
+    nodes = {name: Node(net.nodes[name].transform, [sink] if sink else [], None, net.nodes[name].descriptor)
+             for name, sink in zip(names, [*names[1:], None])}
+    return RoutedNet(nodes, net.root, net.input_shape, net.classes)

@@ -14,6 +14,7 @@ caching allocator does on the GPU.
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 
 M_TRIM_THRESHOLD = -1
@@ -28,7 +29,8 @@ def retain_freed_memory(max_block_bytes: int = RETAINED_BLOCK_BYTES) -> bool:
     """Keep freed blocks up to ``max_block_bytes`` in the process instead of returning them.
 
     Process-wide and lasting: the resident memory then stays at its peak. Applied by the
-    command-line tools and the benchmarks; a library user opts in by calling it once.
+    command-line tools, the benchmarks and the first routed execution on the CPU
+    (:func:`retain_by_default`).
     Returns whether it took effect: True under glibc (Linux), False elsewhere, where the C
     allocator has no such thresholds to raise.
     """
@@ -43,3 +45,20 @@ def retain_freed_memory(max_block_bytes: int = RETAINED_BLOCK_BYTES) -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     _retained = bool(mallopt(M_MMAP_THRESHOLD, max_block_bytes)) and bool(mallopt(M_TRIM_THRESHOLD, max_block_bytes))
     return _retained
+
+
+OPT_OUT = "ROUTING_RL_RETAIN_FREED_MEMORY"
+"""Set to ``0`` to keep the C allocator's defaults in a process that routes on the CPU."""
+_asked = False
+
+
+def retain_by_default() -> None:
+    """:func:`retain_freed_memory` once per process, unless ``$ROUTING_RL_RETAIN_FREED_MEMORY``
+    is ``0``: what :func:`~routing_rl.core.execution.route` calls on a CPU batch, so that a
+    library user's inference gets the same fast path as the command-line tools."""
+    global _asked
+    if _asked:
+        return
+    _asked = True
+    if os.environ.get(OPT_OUT, "1") != "0":
+        retain_freed_memory()

@@ -135,13 +135,17 @@ class RoutingDataset:
         validation accuracy predicts test accuracy where the two splits mix sources
         differently (hybrid: ~1:6 digits:CIFAR in training, 1:1 in test).
         """
+        rest, picked = self.validation_indices(fraction, seed, mix)
+        return self.train.subset(rest), self.train.subset(picked)
+
+    def validation_indices(self, fraction: float = 0.1, seed: int = 0, mix: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
+        """The indices into the training split of :meth:`validation_split`'s two parts, so that
+        a caller taking only some of them copies no more (a clip's first label stratifies)."""
         if mix not in VALIDATION_MIXES:
             raise ValueError(f"unknown validation mix {mix!r}; choose one of {', '.join(VALIDATION_MIXES)}")
         if mix == "train":
             labels = self.train.labels if self.train.frames == 1 else self.train.labels[:, 0]
-            rest, picked = stratified_indices(labels, fraction, seed)
-        else:
-            train_cells = cells(self.train, len(self.classes))
-            counts = composition_counts(train_cells, cells(self.test, len(self.classes)), fraction)
-            rest, picked = stratified_indices(train_cells, fraction, seed, counts)
-        return self.train.subset(rest), self.train.subset(picked)
+            return stratified_indices(labels, fraction, seed)
+        train_cells = cells(self.train, len(self.classes))
+        counts = composition_counts(train_cells, cells(self.test, len(self.classes)), fraction)
+        return stratified_indices(train_cells, fraction, seed, counts)

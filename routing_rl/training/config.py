@@ -238,12 +238,14 @@ class TrainConfig:
             return "full"
         return "sampled" if self.resolved_policy in ("eps-greedy", "greedy") else "full"
 
-    def validate(self, archs: Sequence[str] | None = None) -> TrainConfig:
+    def validate(self, archs: Sequence[str] | None = None, static_archs: Sequence[str] | None = None) -> TrainConfig:
         """Raise ValueError naming the first bad field and how to fix it (also for a config
         read back from a hand-edited config.json: every field's type and range is checked).
 
-        ``archs``: the nets the env's task offers (default: the paper's multiscale nets);
-        the rules tying agents to ``static-N`` / ``chain`` apply to the paper's nets only.
+        ``archs``: every net the env's task builds (default: the paper's multiscale nets);
+        ``static_archs``: those of them without junctions, which the static agent and only
+        it trains (default: the paper's ``static-N``; for a task's archs, unchecked here: its
+        learner refuses a net it cannot train).
         """
         if not isinstance(self.sb3_kwargs, dict):
             raise ValueError(f"sb3_kwargs must be a JSON object of SB3 keyword arguments, got {self.sb3_kwargs!r}")
@@ -258,18 +260,26 @@ class TrainConfig:
             raise ValueError(f"agent {self.agent!r} {can}; drop --policy or pick another agent")
         paper = archs is None
         archs = arch_names() if archs is None else list(archs)
+        static = [a for a in archs if a.startswith("static-")] if static_archs is None else list(static_archs)
+        routed = [a for a in archs if a not in static]
+        known_static = paper or static_archs is not None  # otherwise the learner checks the net it is given
         if self.arch is None:
             if not paper:
                 raise ValueError("no arch given; choose one of the task's: " + ", ".join(archs))
             self.arch = "static-8" if self.agent == "static" else "chain"
         if self.arch not in archs:
             raise ValueError(f"unknown arch {self.arch!r}; choose one of {', '.join(archs)}")
-        paper_net = self.arch in arch_names()  # a task's own net: its learner checks that it can train it
-        if paper_net and self.agent == "static" and not self.arch.startswith("static-"):
-            raise ValueError(f"the static agent trains static-N nets (N = 1..8), got --arch {self.arch}; use e.g. --arch static-8")
-        if paper_net and self.agent != "static" and self.arch.startswith("static-"):
-            raise ValueError(f"agent {self.agent!r} needs junctions to route at; use --arch chain or tree, or --agent static")
-        if paper_net and self.agent == "threshold" and self.arch != "chain":
+        if known_static and self.agent == "static" and self.arch not in static:
+            if not static:
+                raise ValueError("the static agent trains nets without junctions, and this task has none; pick another agent")
+            paper_static = [a for a in arch_names() if a.startswith("static-")]
+            choices = "static-N (N = 1..8)" if static == paper_static else ", ".join(static)
+            raise ValueError(f"the static agent trains nets without junctions, got --arch {self.arch}; "
+                             f"use one of {choices}")
+        if known_static and self.agent != "static" and self.arch in static:
+            raise ValueError(f"agent {self.agent!r} needs junctions to route at, got --arch {self.arch}; "
+                             f"use {' or '.join(routed)}, or --agent static")
+        if self.arch in arch_names() and self.agent == "threshold" and self.arch != "chain":
             raise ValueError(f"threshold early exit puts a head on every column of a chain, got --arch {self.arch}; use --arch chain")
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
@@ -382,9 +392,11 @@ class TrainConfig:
         atomic_write_text(Path(path), self.to_json())
 
 
-def make_config(preset: str = DEFAULT_PRESET, archs: Sequence[str] | None = None, **overrides) -> TrainConfig:
+def make_config(preset: str = DEFAULT_PRESET, archs: Sequence[str] | None = None,
+                static_archs: Sequence[str] | None = None, **overrides) -> TrainConfig:
     """A validated config: the preset's values, then ``overrides`` (fields set to None are
-    treated as not given); ``archs``: the nets the env's task offers (see :meth:`TrainConfig.validate`)."""
+    treated as not given); ``archs``, ``static_archs``: the nets the env's task offers (see
+    :meth:`TrainConfig.validate`)."""
     if preset not in PRESET_VALUES:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     known = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -392,4 +404,4 @@ def make_config(preset: str = DEFAULT_PRESET, archs: Sequence[str] | None = None
     if unknown:
         raise ValueError(f"unknown config fields {sorted(unknown)}")
     values = {**PRESET_VALUES[preset], **{k: v for k, v in overrides.items() if v is not None}}
-    return TrainConfig(preset=preset, **values).validate(archs)
+    return TrainConfig(preset=preset, **values).validate(archs, static_archs)

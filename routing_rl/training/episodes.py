@@ -9,7 +9,10 @@ the routing sent the frames before. Two things therefore run whole episodes:
   of a batch in step (:func:`~routing_rl.training.evaluate.evaluate` summarises it);
 * :class:`EpisodeSampler` — training batches for the paper's learners: the next frame of
   ``batch_size`` clips in flight, with the memory the net's own inference routing carried
-  (argmax decisions, no gradient) — the memory the learned policy will meet at test time.
+  (argmax decisions, no gradient) — the memory the learned policy will meet at test time;
+* :func:`frame_examples` — a split of single examples that anything routing one input at a
+  time can use (batch-norm recalibration, the threshold baseline's confidences): each frame
+  packed with the memory a routing policy carried to it (a split of single inputs as it is).
 
 ``task`` is anything with the task API's ``initial_memory``, ``net_input`` and ``carry``
 (:class:`~routing_rl.envs.task.RoutingTask`).
@@ -42,18 +45,21 @@ class FramePolicy:
 class Episodes:
     """What happened at every frame of ``N`` clips of ``T`` frames, all ``(N, T)`` on the CPU:
     the leaf reached (index into ``net.leaves``), whether its prediction was right, the MACs
-    and the error cost (``error_cost`` kind) of the frame."""
+    and the error cost (``error_cost`` kind) of the frame; with ``keep_inputs``, also the
+    net's input at every frame ``(N, T, *net.input_shape)`` (frame and memory packed)."""
 
     leaf: torch.Tensor
     correct: torch.Tensor
     macs: torch.Tensor
     c_err: torch.Tensor
+    inputs: torch.Tensor | None = None
 
 
 @torch.no_grad()
 def run_episodes(net: RoutedNet, task, split: Split, policy: FramePolicy | Decide = argmax_decide, k_cpt=None,
-                 error_kind: str = "cross_entropy", batch_size: int = 256) -> Episodes:
-    """Route every clip of ``split`` frame by frame in eval mode, carrying the task's memory."""
+                 error_kind: str = "cross_entropy", batch_size: int = 256, keep_inputs: bool = False) -> Episodes:
+    """Route every clip of ``split`` frame by frame in eval mode, carrying the task's memory
+    (``keep_inputs``: also return every frame's net input)."""
     if split.frames < 2:
         raise ValueError("run_episodes routes sequences (images (N, T, ...)); evaluate single inputs with evaluate()")
     policy = policy if isinstance(policy, FramePolicy) else FramePolicy(policy)
@@ -69,15 +75,34 @@ def run_episodes(net: RoutedNet, task, split: Split, policy: FramePolicy | Decid
             memory = task.initial_memory(frames[:, 0])
             steps = []
             for t in range(split.frames):
-                routed = route(net, task.net_input(frames[:, t], memory), policy.at(clips, t),
-                               k_cpt if net.k_cpt_input else None)
+                inputs = task.net_input(frames[:, t], memory)
+                routed = route(net, inputs, policy.at(clips, t), k_cpt if net.k_cpt_input else None)
                 memory = task.carry(memory, frames[:, t], routed.logits, routed.leaf)
                 c_err = task.error_cost(routed.logits, labels[:, t], error_kind)
-                steps.append((routed.leaf, routed.pred == labels[:, t], routed.macs, c_err))
+                steps.append((routed.leaf, routed.pred == labels[:, t], routed.macs, c_err)
+                             + ((inputs,) if keep_inputs else ()))
             parts.append([torch.stack(values, 1).cpu() for values in zip(*steps)])
     finally:
         net.train(was_training)
     return Episodes(*(torch.cat(values) for values in zip(*parts)))
+
+
+def frame_examples(net: RoutedNet, task, split: Split, policy: FramePolicy | Decide = argmax_decide, k_cpt=None,
+                   limit: int | None = None, seed: int = 0) -> Split:
+    """``split`` as single examples ``net`` routes one at a time: a split of single inputs as
+    it is; a split of sequences as the net inputs of its frames ``(n·T, *net.input_shape)``,
+    each packed with the memory that routing the clip's earlier frames with ``policy`` carried
+    (:func:`run_episodes`), labels and sources ``(n·T,)``. ``limit``: at most this many frames,
+    from whole clips drawn at random (``seed``); None: every clip."""
+    if split.frames == 1:
+        return split
+    if task is None:
+        raise ValueError("the frames of a split of sequences are routed with the task's memory; pass task=")
+    clips = len(split) if limit is None else min(len(split), max(1, limit // split.frames))
+    if clips < len(split):
+        split = split.subset(torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:clips])
+    played = run_episodes(net, task, split, policy, k_cpt, keep_inputs=True)
+    return Split(played.inputs.flatten(0, 1), split.labels.flatten().cpu(), split.source.flatten().cpu())
 
 
 def episode_metrics(episodes: Episodes, k_cpt: float | None) -> dict:
