@@ -73,10 +73,13 @@ from routing_rl.agents.sb3_callbacks import (
     ImageBudget,
     IterationCheckpoint,
     IterationLogger,
+    StopBetweenSteps,
     ProgressCallback,
     TrainingCharts,
     Validation,
 )
+from routing_rl.agents.sb3_resume import SUFFIX as STATE_SUFFIX
+from routing_rl.agents.sb3_resume import restore_resume_state, save_resume_state
 from routing_rl.envs.joint import FeatureTrainer, JointTraining
 from routing_rl.envs.observation import DESCRIPTOR_BOUND, ObservationLayout
 from routing_rl.envs.image_task import ImageTask
@@ -93,6 +96,7 @@ from routing_rl.core.files import atomic_write
 from routing_rl.core.k_cpt import CostModel, eval_values
 from routing_rl.training.checkpoint import CheckpointError
 from routing_rl.training.guard import NonFiniteLossError, diverged
+from routing_rl.training.interrupt import Interrupted, stop_between_steps
 from routing_rl.training.monitor import Progress
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
@@ -117,9 +121,12 @@ STAND_IN_ENVS = 8
 """Envs of the stand-in vector env :func:`check_sb3_kwargs` builds SB3's model on."""
 PROBE_EXAMPLES = 64
 """Validation examples run through the net to tell a diverged feature network from a bug."""
-RUN_FILES = (HISTORY_FILE, MODEL_FILE, "best_model.zip", "evaluations.npz", "progress.csv", f"{CHECKPOINTS}/*_iterations.zip")
+RUN_FILES = (HISTORY_FILE, MODEL_FILE, "best_model.zip", "evaluations.npz", "progress.csv", f"{CHECKPOINTS}/*_iterations.zip",
+             f"{CHECKPOINTS}/*_iterations{STATE_SUFFIX}")
 """What an SB3 run writes into its run directory (glob patterns), beside the TensorBoard files."""
 CHECKPOINT_NAME = re.compile(r"^.+_(\d+)_iterations\.zip$")
+IDENTITY = ("agent", "env", "dataset", "arch", "width")
+"""The routing settings a checkpoint must share with the run that resumes from it."""
 RESTORED_COUNTERS = ("num_timesteps", "_total_timesteps", "_num_timesteps_at_start", "_episode_num", "_n_updates",
                      "_n_calls", "_current_progress_remaining", "exploration_rate")
 """Plain-number attributes of a saved model that :func:`load_sb3` restores (the rest of SB3's
@@ -464,17 +471,33 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return next(iter(checkpoints(run_dir)), None)
 
 
-def load_newest(run_dir: Path, env: RoutingSB3VecEnv, device: torch.device) -> BaseAlgorithm:
-    """The newest checkpoint of ``run_dir`` that loads; a damaged one (cut short by a full
-    disk, say) is reported on stderr and the next older one tried."""
+def load_newest(run_dir: Path, env: RoutingSB3VecEnv, device: torch.device,
+                routing: dict | None = None) -> tuple[BaseAlgorithm, Path]:
+    """The newest checkpoint of ``run_dir`` that loads, and its path; a damaged one (cut short
+    by a full disk, say) is reported on stderr and the next older one tried. One whose agent,
+    env, dataset, arch or width differ from ``routing``'s (the resuming run's settings) is refused."""
     problems = []
     for path in checkpoints(run_dir):
+        if routing is not None:
+            check_identity(path, routing)
         try:
-            return load_sb3(path, env=env, device=device)[0]
+            return load_sb3(path, env=env, device=device)[0], path
         except SB3LoadError as error:
             problems.append(str(error))
             print(f"skipping checkpoint {path}: {error}", file=sys.stderr)
     raise SB3LoadError(f"no checkpoint in {Path(run_dir) / CHECKPOINTS} can be loaded: {'; '.join(problems)}")
+
+
+def check_identity(path: Path, routing: dict) -> None:
+    """:class:`SB3LoadError` unless the zip at ``path`` was saved by a run of ``routing``'s agent on its task and net."""
+    try:
+        saved = _saved_settings(path)[1]
+    except SB3LoadError:  # damaged: load_newest reports it and tries the next
+        return
+    if any(saved.get(name) != routing[name] for name in IDENTITY):
+        describe = lambda values: ", ".join(f"{name} {values.get(name)}" for name in IDENTITY if values.get(name) is not None)
+        raise SB3LoadError(f"{path} was written by another run ({describe(saved)}), not by this one ({describe(routing)}); "
+                           "resume the run it came from, or start this one again with --overwrite")
 
 
 def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: Path, device: torch.device,
@@ -485,12 +508,15 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     (``config.iterations`` steps of the feature network).
 
     ``callbacks`` are extra SB3 callbacks. ``resume`` continues from the newest checkpoint in
-    ``run_dir/checkpoints`` (policy, feature net and its optimiser; DQN's replay buffer
-    starts empty again). Writes TensorBoard/CSV logs, checkpoints, ``best_model.zip`` (best
-    validation return) and ``model.zip`` into ``run_dir``. The envs' rewards charge ``k_cpt ×
-    cost`` (None: the nodes' MACs). ``figures``: a validation entry -> ``{tag: figure}``
-    logged at every validation (:class:`~routing_rl.agents.sb3_callbacks.Validation`), the
-    last one at the last iteration.
+    ``run_dir/checkpoints`` (policy, feature net and its optimiser), exactly when a signal
+    wrote it (:mod:`~routing_rl.agents.sb3_resume`); from a periodic one, DQN's replay buffer
+    and the episodes in flight start afresh. Ctrl-C or SIGTERM stop ``learn()`` at the start
+    of a rollout, save a checkpoint with its resume state and raise
+    :class:`~routing_rl.training.interrupt.Interrupted`. Writes TensorBoard/CSV logs,
+    checkpoints, ``best_model.zip`` (best validation return) and ``model.zip`` into
+    ``run_dir``. The envs' rewards charge ``k_cpt × cost`` (None: the nodes' MACs).
+    ``figures``: a validation entry -> ``{tag: figure}`` logged at every validation
+    (:class:`~routing_rl.agents.sb3_callbacks.Validation`), the last one at the last iteration.
     """
     env_id = config.env if isinstance(task, RoutingTask) else None  # a dataset in memory has no id to rebuild from
     task = task if isinstance(task, RoutingTask) else ImageTask(task)
@@ -517,8 +543,9 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     history_path = run_dir / HISTORY_FILE
     trainer = env.unwrapped.trainer
     trainer.limit = config.iterations
+    loaded_from = None
     if resume:
-        model = load_newest(run_dir, env, device)
+        model, loaded_from = load_newest(run_dir, env, device, routing)
         history = json.loads(history_path.read_text()) if history_path.is_file() else []
         history = [entry for entry in history if entry["iteration"] <= trainer.updates]
     else:
@@ -545,29 +572,35 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
                         IterationCheckpoint(trainer, str(run_dir / CHECKPOINTS), config.agent)),
         *callbacks,
         ImageBudget(trainer, config.iterations),
+        StopBetweenSteps(trainer),
     ])
+    if loaded_from is not None:
+        restore_resume_state(loaded_from, model, eval_env, evaluation)
     # an upper bound on the environment steps of the budget (every path at its longest);
     # ImageBudget ends learn() when the images are spent
     bound = (config.iterations - trainer.updates) * config.batch_size * len(net.junctions) + n_envs
-    try:
-        if trainer.updates < config.iterations:
-            log_interval = n_envs if config.agent == "dqn" else 1  # DQN counts episodes, PPO/A2C rollouts
-            model.learn(bound, callback=callback, log_interval=log_interval, reset_num_timesteps=not resume)
-        done = validation_callback.history
-        if trainer.updates and (not done or done[-1]["iteration"] < trainer.updates):  # judged at the last iteration too
-            validation_callback.init_callback(model)
-            validation_callback.on_step()
-    except KeyboardInterrupt:
-        model.save(run_dir / CHECKPOINTS / f"{config.agent}_{trainer.updates}_iterations.zip")
-        raise
-    except (ValueError, RuntimeError):  # SB3 meets NaN observations (e.g. in its Categorical) first
-        if validation.frames > 1 or not features_diverged(net, validation.images[:PROBE_EXAMPLES].to(device)):
+    with stop_between_steps():  # a signal while the checkpoint is written waits for both its files
+        try:
+            if trainer.updates < config.iterations:
+                log_interval = n_envs if config.agent == "dqn" else 1  # DQN counts episodes, PPO/A2C rollouts
+                model.learn(bound, callback=callback, log_interval=log_interval, reset_num_timesteps=not resume)
+            done = validation_callback.history
+            if trainer.updates and (not done or done[-1]["iteration"] < trainer.updates):  # judged at the last iteration too
+                validation_callback.init_callback(model)
+                validation_callback.on_step()
+        except Interrupted:  # at a clean point: the zip and what it needs to continue exactly
+            path = run_dir / CHECKPOINTS / f"{config.agent}_{trainer.updates}_iterations.zip"
+            save_resume_state(path, model, eval_env, evaluation)
+            model.save(path)
             raise
-        raise NonFiniteLossError(diverged(f"the feature network's outputs grew past ±{DESCRIPTOR_BOUND:g} (the observation "
-                                          "bound) or became non-finite", trainer.updates, trainer.lr(),
-                                          "the checkpoints in checkpoints/ are kept")) from None
-    finally:
-        progress.close()
-        model.logger.close()
+        except (ValueError, RuntimeError):  # SB3 meets NaN observations (e.g. in its Categorical) first
+            if validation.frames > 1 or not features_diverged(net, validation.images[:PROBE_EXAMPLES].to(device)):
+                raise
+            raise NonFiniteLossError(diverged(f"the feature network's outputs grew past ±{DESCRIPTOR_BOUND:g} (the "
+                                              "observation bound) or became non-finite", trainer.updates, trainer.lr(),
+                                              "the checkpoints in checkpoints/ are kept")) from None
+        finally:
+            progress.close()
+            model.logger.close()
     model.save(run_dir / MODEL_FILE)
     return SB3Result(model, net, validation_callback.history, k_cpts, task.classes, task.sources, task)

@@ -17,6 +17,8 @@
 * :class:`IterationCheckpoint` — SB3's ``CheckpointCallback`` naming each zip by iteration,
   ``{prefix}_{iteration}_iterations.zip``.
 * :class:`ImageBudget` — ends ``learn()`` once the feature trainer has taken ``iterations`` steps.
+* :class:`StopBetweenSteps` — raises :class:`~routing_rl.training.interrupt.Interrupted` at
+  the start of a rollout once Ctrl-C or SIGTERM asked for a stop: a clean point to save.
 * :class:`ProgressCallback` — the run's :class:`~routing_rl.training.monitor.Progress` (a bar
   on a terminal, periodic lines elsewhere), stepped by the feature trainer's iterations.
 * :class:`IterationLogger` — SB3's logger, writing every record at the iteration, so that
@@ -39,6 +41,7 @@ from torch.utils.tensorboard import SummaryWriter
 from routing_rl.core.files import atomic_write_text
 from routing_rl.data import Split
 from routing_rl.training.evaluate import evaluate
+from routing_rl.training.interrupt import Interrupted, stop_requested
 from routing_rl.core.execution import Decide
 from routing_rl.core.graph import RoutedNet
 from routing_rl.training.monitor import Progress, evaluation_scalars
@@ -143,6 +146,25 @@ class ImageBudget(BaseCallback):
 
     def _on_step(self) -> bool:
         return self.trainer.updates < self.iterations
+
+
+class StopBetweenSteps(BaseCallback):
+    """Raises :class:`~routing_rl.training.interrupt.Interrupted` when a rollout starts after a
+    signal asked for a stop: SB3 has finished the previous training and not begun the next
+    environment step, so nothing is half done (``on_step`` comes between an environment step
+    and the storing of its transition). For DQN a rollout is one vector step, for PPO and A2C
+    ``n_steps`` of them."""
+
+    def __init__(self, trainer: FeatureTrainer):
+        super().__init__()
+        self.trainer = trainer
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_start(self) -> None:
+        if stop_requested():
+            raise Interrupted(stop_requested(), self.trainer.updates)
 
 
 class ProgressCallback(BaseCallback):

@@ -200,3 +200,13 @@ class FeatureTrainer:
         """``strict`` is accepted because SB3 passes it to every saved object."""
         self.sgd.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
+
+    def pending_state(self) -> dict:
+        """The finished episodes waiting for a full batch (numpy arrays as tensors), for an exact resume."""
+        return {"pending": [(images, labels, torch.from_numpy(decisions.copy()), torch.from_numpy(k_cpt.copy()))
+                            for images, labels, decisions, k_cpt in self._pending], "count": self._count}
+
+    def load_pending_state(self, state: dict) -> None:
+        """Restore what :meth:`pending_state` saved."""
+        self._pending = [(images, labels, decisions.cpu().numpy(), k_cpt.cpu().numpy()) for images, labels, decisions, k_cpt in state["pending"]]
+        self._count = int(state["count"])

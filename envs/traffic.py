@@ -409,6 +409,42 @@ class Traffic:
         return slots, leaf, c_err.double().cpu().numpy(), correct.cpu().numpy(), ended
 
 
+    IN_FLIGHT = ("example", "frame", "k_cpt", "macs", "spent", "paid", "decisions", "images", "memory")
+    """The per-slot state of the episodes in flight (numpy arrays and tensors)."""
+
+    def state_dict(self) -> dict:
+        """The episodes in flight, for a resume that continues them exactly: each slot's
+        counters, input and memory, the groups waiting at junctions with their node states, the
+        side exits not yet taken and the augmentation generator (numpy arrays as tensors, so
+        that ``torch.load(weights_only=True)`` reads them)."""
+        def saved(value):
+            return torch.from_numpy(value.copy()) if isinstance(value, np.ndarray) else value
+
+        return {
+            **{name: saved(getattr(self, name)) for name in self.IN_FLIGHT},
+            "waiting": {name: {"slots": saved(group.slots), "state": group.state, "descriptor": group.descriptor}
+                        for name, group in self.waiting.items()},
+            "side_exits": [{field: saved(getattr(part, field)) for field in ("observations", "actions", "rewards", "terminal")}
+                           for part in self.side_exits],
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the episodes :meth:`state_dict` saved (from a traffic of the same net and slots)."""
+        for name in self.IN_FLIGHT:
+            value = state[name]
+            if isinstance(getattr(self, name), np.ndarray):
+                value = value.cpu().numpy()
+            elif value is not None:
+                value = value.to(self.device)
+            setattr(self, name, value)
+        self.waiting = {name: Group(group["slots"].cpu().numpy(), group["state"], group["descriptor"])
+                        for name, group in state["waiting"].items()}
+        self.side_exits = [SideExits(*(part[field].cpu().numpy() for field in ("observations", "actions", "rewards", "terminal")))
+                           for part in state["side_exits"]]
+        self.generator.set_state(state["generator"])
+
+
 class TrafficControls:
     """What every routing env exposes of its :class:`Traffic`: the task, the net, its feature
     trainer, and the ``nn.Module``-like switch of joint training (``train()`` / ``eval()``)."""

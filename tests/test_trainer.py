@@ -8,21 +8,22 @@ from routing_rl.training.config import make_config
 from routing_rl.data import Split
 from routing_rl.nets.multiscale import static
 from routing_rl.app.trainer import BatchSampler, fit
+from routing_rl.training.interrupt import Interrupted, request_stop
 
 
 class PlainLearner(Learner):
     """Cross-entropy on a static net: the least a learner can be."""
 
-    def __init__(self, config, interrupt_at=None):
+    def __init__(self, config, signal_at=None):
         torch.manual_seed(0)
         super().__init__(static(1, classes=3), config, torch.device("cpu"))
         self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.05, momentum=0.9)
-        self.interrupt_at = interrupt_at
+        self.signal_at = signal_at
         self.seen = []
 
     def train_step(self, batch, iteration):
-        if iteration == self.interrupt_at:
-            raise KeyboardInterrupt
+        if iteration == self.signal_at:  # Ctrl-C arrives in the middle of this step
+            request_stop()
         self.seen.append(batch.labels.clone())
         loss = torch.nn.functional.cross_entropy(self.net(batch.images).logits["exit1"], batch.labels)
         self.optimizer.zero_grad()
@@ -82,9 +83,21 @@ def test_resume_continues_exactly_where_the_checkpoint_left_off():
         torch.testing.assert_close(a, b)
 
 
-def test_ctrl_c_saves_a_checkpoint_before_stopping():
+def test_ctrl_c_finishes_the_step_saves_it_and_resumes_bit_for_bit():
     saved = []
-    learner = PlainLearner(config(), interrupt_at=4)
-    with pytest.raises(KeyboardInterrupt):
+    straight = PlainLearner(config())
+    fit(straight, tiny_split(), tiny_split(9, 1), config())
+    learner = PlainLearner(config(), signal_at=4)
+    with pytest.raises(Interrupted) as stop:
         fit(learner, tiny_split(), tiny_split(9, 1), config(), save=lambda ckpt: saved.append(copy(ckpt)))
-    assert saved[-1]["training_state"]["iteration"] == 4
+    assert stop.value.iteration == 5 and stop.value.exit_code == 130
+    assert saved[-1]["training_state"]["iteration"] == 5, "the step in progress finished and was saved"
+    resumed = PlainLearner(config())
+    fit(resumed, tiny_split(), tiny_split(9, 1), config(), resume=saved[-1])
+    assert torch.equal(torch.cat(straight.seen[5:]), torch.cat(resumed.seen))
+    for a, b in zip(straight.state_dict()["optimizer"]["state"].values(), resumed.state_dict()["optimizer"]["state"].values()):
+        assert torch.equal(a["momentum_buffer"], b["momentum_buffer"])
+    for a, b in zip(straight.net.state_dict().values(), resumed.net.state_dict().values()):
+        assert torch.equal(a, b)
+
+

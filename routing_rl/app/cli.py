@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import sys
 
 from routing_rl.training.config import (
@@ -24,6 +25,7 @@ from routing_rl.training.config import (
     make_config,
 )
 from routing_rl.data import DATASETS, DataNotFoundError
+from routing_rl.training.interrupt import Interrupted, handling_signals, stop_requested
 
 HELP = {
     "agent": "learner: " + ", ".join(AGENTS) + " (critic: pragmatic-critic)",
@@ -180,7 +182,34 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return make_config(preset, archs=task.all_archs(), static_archs=task.static_archs(), **values)
 
 
-def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
+def main(argv: list[str] | None = None, prog: str = "train_agent.py", leaving: bool = False) -> int:
+    """Run the command line; Ctrl-C or SIGTERM at any point end it with one line and exit
+    status 130 or 143 (:mod:`routing_rl.training.interrupt`): during training, after the state
+    of the last completed step is checkpointed. ``leaving``: the process exits next, so
+    signals after the return are ignored (a second Ctrl-C while it exits)."""
+    with handling_signals(leaving):
+        try:
+            return _main(argv, prog)
+        except KeyboardInterrupt as stop:  # Interrupted, or a Ctrl-C no handler turned into one
+            print(f"\n{prog}: {interruption(stop)}", file=sys.stderr)
+            return stop.exit_code if isinstance(stop, Interrupted) else 130
+        except Exception:  # a signal's Interrupted raised inside C code comes back as another error
+            if not stop_requested():
+                raise
+            stop = Interrupted(stop_requested())
+            print(f"\n{prog}: {interruption(stop)}", file=sys.stderr)
+            return stop.exit_code
+
+
+def interruption(stop: KeyboardInterrupt) -> str:
+    """The one line that reports ``stop``."""
+    what = f"interrupted ({signal.Signals(stop.signum).name})" if isinstance(stop, Interrupted) else "interrupted"
+    if isinstance(stop, Interrupted) and stop.iteration is not None:
+        return f"{what} after iteration {stop.iteration}, which is checkpointed; continue with --resume"
+    return f"{what}; every checkpoint written is kept: continue a started run with --resume"
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     from routing_rl.app.runs import RunError, train
@@ -205,9 +234,6 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py") -> int:
     except (RunError, DataNotFoundError) as error:
         details = getattr(error, "details", "") if args.verbose else ""
         parser.exit(2, f"{prog}: error: {error}\n" + (f"{details}\n" if details else ""))
-    except KeyboardInterrupt:
-        print(f"\n{prog}: interrupted; the last checkpoint is saved, continue with --resume", file=sys.stderr)
-        return 130
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for every process
         if args.json:
             print(json.dumps({k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}, indent=2))
@@ -220,4 +246,4 @@ if __name__ == "__main__":
     from torch.distributed.elastic.multiprocessing.errors import record
 
     # under torchrun, a process's uncaught error reaches the launcher's failure summary
-    sys.exit(record(main)(prog="python -m routing_rl.app.cli"))
+    sys.exit(record(main)(prog="python -m routing_rl.app.cli", leaving=True))

@@ -300,7 +300,7 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):
     if not (run_dir / CHECKPOINT_FILE).is_file():
         raise RunError(f"{run_dir} has no {CHECKPOINT_FILE}: the run has not saved a net yet")
     net = build_net(config, task, device)
-    net.load_state_dict(load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device)["learner"]["net"])
+    net.load_state_dict(load_checkpoint(run_dir / CHECKPOINT_FILE, device, config, net)["learner"]["net"])
     return config, task, net.eval()
 
 
@@ -486,7 +486,7 @@ def _train_learner(config, task, train_part, validation, test, run_dir, device, 
         learner.distribute(distributed)
     writes = distributed is None or distributed.is_main  # every process trains and evaluates; rank 0 writes
     train_part, validation, test = task.examples(train_part), task.examples(validation), task.examples(test)
-    checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, map_location=device) if resume else None
+    checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, device, config, learner.net) if resume else None
     start = checkpoint["training_state"]["iteration"] if checkpoint else 0
     monitor = Monitor(run_dir, total=config.iterations, initial=start, description=f"{config.agent} {config.arch}") if writes else None
     figures = node_link_figures(summary(learner.net))

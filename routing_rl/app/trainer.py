@@ -2,9 +2,14 @@
 
 Each iteration draws a batch (shuffled epochs, seeded), augments it on its device, and hands
 it to :meth:`Learner.train_step`. Every ``eval_every`` iterations the validation split is
-routed through the shared evaluator; every ``checkpoint_every`` iterations (and at the end,
-and on Ctrl-C) the learner, the iteration and the sampler's state are saved atomically, so
-a resumed run continues exactly where the checkpoint left it.
+routed through the shared evaluator; every ``checkpoint_every`` iterations (and at the end)
+the learner, the iteration, the sampler's state and every random generator a step draws from
+are saved atomically, so a resumed run continues exactly where the checkpoint left it.
+
+Ctrl-C and SIGTERM (:mod:`routing_rl.training.interrupt`) stop the loop between two
+iterations: the one in progress finishes (its validation and checkpoint included), the state
+after it is checkpointed, and :class:`~routing_rl.training.interrupt.Interrupted` is raised;
+``--resume`` from there gives the run, bit for bit, that no signal would have given.
 
 The NaN guard (:mod:`routing_rl.training.guard`): a non-finite loss, non-finite weights or
 batch-norm statistics before a validation or checkpoint, or non-finite router scores stop
@@ -19,6 +24,7 @@ averaged over the processes. Only the caller decides who writes: it passes ``mon
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +40,9 @@ from routing_rl.data import augment as image_augment
 from routing_rl.envs.task import RoutingTask
 from routing_rl.training.episodes import EpisodeSampler
 from routing_rl.training.evaluate import evaluate
+from routing_rl.training.checkpoint import checkpoint_identity, random_states, restore_random_states
 from routing_rl.training.guard import NonFiniteLossError, check_finite, diverged
+from routing_rl.training.interrupt import Interrupted, stop_between_steps, stop_requested
 from routing_rl.training.monitor import Monitor, evaluation_scalars
 
 HISTOGRAM_EXAMPLES = 512
@@ -133,7 +141,9 @@ def fit(
         validation: the validation split, on any device.
         monitor: where scalars, histograms and the progress bar go (None: nowhere).
         save: called with a checkpoint dict at every checkpoint; the caller writes it.
-        resume: a checkpoint dict from an earlier ``save``; training continues from it.
+        resume: a checkpoint dict from an earlier ``save``; training continues from it
+            (the caller has checked that it is this run's:
+            :func:`~routing_rl.training.checkpoint.load_checkpoint`).
         after_validation: called with each history entry (figures, for example).
         task: the routing task the splits come from: its augmentation and its class and
             source names (None: the paper's image augmentation, classes by number). For
@@ -159,6 +169,7 @@ def fit(
         learner.load_state_dict(resume["learner"])
         sampler.load_state_dict(resume["sampler"])
         augment_generator.set_state(resume["augment_generator"])
+        restore_random_states(resume.get("random_states"))
         state = TrainingState(**resume["training_state"])
 
     saved = [state.iteration if resume is not None else None]
@@ -177,7 +188,9 @@ def fit(
                     "learner": learner.state_dict(),
                     "sampler": sampler.state_dict(),
                     "augment_generator": augment_generator.get_state(),
+                    "random_states": random_states(),
                     "training_state": vars(state),
+                    "identity": checkpoint_identity(config),
                 }
             )
             saved[0] = state.iteration
@@ -185,8 +198,10 @@ def fit(
     learner.net.train()
     started = time.perf_counter() - state.train_seconds
     window_start, window_examples = time.perf_counter(), 0
-    try:
+    with stop_between_steps():
         while state.iteration < config.iterations:
+            if agreed_stop(distributed):
+                break
             if episodic:
                 batch = sampler.next(learner.net, learner.eval_k_cpts()[0])
             else:
@@ -232,12 +247,20 @@ def fit(
             state.train_seconds = time.perf_counter() - started
             if state.iteration % config.checkpoint_every == 0 and state.iteration < config.iterations:
                 checkpoint()
-    except KeyboardInterrupt:
         state.train_seconds = time.perf_counter() - started
         checkpoint()
-        raise
-    checkpoint()
+        if agreed_stop(distributed):
+            raise Interrupted(stop_requested() or signal.SIGTERM, state.iteration)
     return state
+
+
+def agreed_stop(distributed: Distributed | None) -> bool:
+    """Whether a signal asked this process, or under torchrun any process, to stop (one
+    ``all_reduce``: every process stops after the same iteration)."""
+    asked = stop_requested() is not None
+    if distributed is None:
+        return asked
+    return bool(distributed.sum(torch.tensor([float(asked)], device=distributed.device)).item() > 0)
 
 
 def scheduled_lr(config: TrainConfig, iteration: int) -> float:

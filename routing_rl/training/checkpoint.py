@@ -3,6 +3,16 @@
 ``torch.load(..., weights_only=True)`` unpickles only tensors and plain containers, so a
 planted pickle in a run folder cannot execute anything; a file that fails that load, or is
 truncated, is refused with :class:`CheckpointError` naming it.
+
+A checkpoint names the run it belongs to (:func:`checkpoint_identity`: agent, arch, width,
+env id and dataset); :func:`load_checkpoint` given the run's config refuses one of another
+run, and given its net, one whose tensors have other names or shapes than the net's.
+Checkpoints written before they carried their identity are accepted when the net's names and
+shapes match (another arch or task is refused; another agent of the same arch cannot be told).
+
+:func:`random_states` / :func:`restore_random_states`: torch's global generators (CPU and
+every CUDA device), saved beside the loop's own so that nothing a step draws differs after a
+resume.
 """
 
 from __future__ import annotations
@@ -14,6 +24,10 @@ from pathlib import Path
 import torch
 
 from routing_rl.core.files import atomic_write
+from routing_rl.training.config import TrainConfig
+
+IDENTITY = ("agent", "arch", "width", "env", "dataset")
+"""The config fields a checkpoint must share with the run that resumes from it."""
 
 
 class CheckpointError(ValueError):
@@ -48,8 +62,31 @@ def save_checkpoint(path: Path, state: dict) -> None:
     atomic_write(path, write)
 
 
-def load_checkpoint(path: Path, map_location="cpu") -> dict:
-    """The state saved by :func:`save_checkpoint`; :class:`CheckpointError` for anything else."""
+def checkpoint_identity(config: TrainConfig) -> dict:
+    """What run a checkpoint of ``config`` belongs to (plain JSON values)."""
+    return {name: getattr(config, name) for name in IDENTITY}
+
+
+def random_states() -> dict:
+    """torch's global random generators: CPU, and each CUDA device's once CUDA is in use."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    return {"cpu": torch.get_rng_state(), "cuda": cuda}
+
+
+def restore_random_states(states: dict | None) -> None:
+    """Set the generators :func:`random_states` saved (None: a checkpoint from before they were
+    saved; CUDA states only onto as many CUDA devices, as when resuming on the same machine)."""
+    if states is None:
+        return
+    torch.set_rng_state(states["cpu"].cpu())
+    if states["cuda"] and torch.cuda.is_available() and torch.cuda.device_count() == len(states["cuda"]):
+        torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])
+
+
+def load_checkpoint(path: Path, map_location="cpu", config: TrainConfig | None = None,
+                    net: torch.nn.Module | None = None) -> dict:
+    """The state saved by :func:`save_checkpoint`; :class:`CheckpointError` for anything else,
+    or (given the resuming run's ``config`` and ``net``) for a checkpoint of another run."""
     path = Path(path)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
@@ -65,7 +102,40 @@ def load_checkpoint(path: Path, map_location="cpu") -> dict:
         ) from None
     if not isinstance(state, dict):
         raise CheckpointError(f"cannot read {path}: it holds a {type(state).__name__}, not a checkpoint")
+    if config is not None:
+        _check_identity(path, state, config)
+    if net is not None:
+        _check_tensors(path, state, net)
     return state
+
+
+def _describe(identity: dict) -> str:
+    return ", ".join(f"{name} {identity.get(name)}" for name in IDENTITY if identity.get(name) is not None)
+
+
+def _check_identity(path: Path, state: dict, config: TrainConfig) -> None:
+    saved, expected = state.get("identity"), checkpoint_identity(config)
+    if saved is None:  # written before checkpoints named their run: the tensors' check decides
+        return
+    if not isinstance(saved, dict) or any(saved.get(name) != expected[name] for name in IDENTITY):
+        theirs = _describe(saved) if isinstance(saved, dict) else "unnamed"
+        raise CheckpointError(f"{path} was written by another run ({theirs}), not by this one ({_describe(expected)}); "
+                              "resume the run it came from, or start this one again with --overwrite")
+
+
+def _check_tensors(path: Path, state: dict, net: torch.nn.Module) -> None:
+    learner = state.get("learner")
+    saved = learner.get("net") if isinstance(learner, dict) else None
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"cannot read {path}: it holds no learner's net; start the run again with --overwrite, "
+                              "or restore the file")
+    shapes = {name: tuple(getattr(tensor, "shape", ("not a tensor",))) for name, tensor in saved.items()}
+    expected = {name: tuple(tensor.shape) for name, tensor in net.state_dict().items()}
+    for name in sorted(set(shapes) | set(expected)):
+        if shapes.get(name) != expected.get(name):
+            there, here = shapes.get(name, "missing"), expected.get(name, "missing")
+            raise CheckpointError(f"{path} holds another net than this run's (tensor {name}: {there} there, {here} "
+                                  "here); resume the run it came from, or start this one again with --overwrite")
 
 
 def _reason(error: BaseException) -> str:
