@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from synthetic_data import write_cifar_pickles, write_mnist_idx
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from routing_rl.app import runs
@@ -22,15 +21,6 @@ from routing_rl.app.sweep import run_sweep, sweep_configs
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "experiments" / "train_agent.py"
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    """A data folder holding tiny MNIST IDX files and CIFAR-10 pickles: enough for every dataset."""
-    root = tmp_path_factory.mktemp("data")
-    write_mnist_idx(root / "MNIST" / "raw")
-    write_cifar_pickles(root / "cifar-10-batches-py")
-    return root
 
 
 @pytest.fixture

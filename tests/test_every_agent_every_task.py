@@ -16,7 +16,6 @@ import json
 import gymnasium as gym
 import pytest
 import torch
-from synthetic_data import write_cifar_pickles, write_mnist_idx
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
@@ -157,26 +156,17 @@ def agent_args(name: str) -> list[str]:
     return AGENT_RUNS[name] or ["--agent", name]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """Tiny MNIST IDX files and CIFAR-10 pickles: the hybrid images of the image and video tasks."""
-    root = tmp_path_factory.mktemp("data")
-    write_mnist_idx(root / "MNIST" / "raw")
-    write_cifar_pickles(root / "cifar-10-batches-py")
-    return root
-
-
 @pytest.fixture(autouse=True)
 def cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path_factory.getbasetemp() / "every-agent-cache"))
 
 
-def command(task: str, agent: str, data, logdir, *extra) -> list[str]:
+def command(task: str, agent: str, data_dir, logdir, *extra) -> list[str]:
     sb3 = agent in SB3_AGENTS
     budget = ["--iterations", "3", "--batch-size", "8", "--eval-every", "2"] if sb3 else \
         ["--iterations", "2", "--batch-size", "8", "--eval-every", "1"]
     return [*TASKS[task], *agent_args(agent), "--preset", "smoke", *budget, "--eval-examples", "8", "--validation-fraction", "0.4",
-            "--data-dir", str(data), "--download", "false", "--device", "cpu", "--logdir", str(logdir),
+            "--data-dir", str(data_dir), "--download", "false", "--device", "cpu", "--logdir", str(logdir),
             "--run-name", "run", "--json", *extra]
 
 
@@ -195,10 +185,10 @@ def assert_refused(code, capsys, logdir, words: str) -> None:
 
 
 @pytest.mark.parametrize("task, agent", matrix())
-def test_every_agent_trains_and_is_evaluated_on_every_task(task, agent, data, tmp_path, capsys):
+def test_every_agent_trains_and_is_evaluated_on_every_task(task, agent, tiny_data, tmp_path, capsys):
     logdir = tmp_path / "runs"
     with pytest.raises(SystemExit) if (task, agent) in REFUSED else _returns() as outcome:
-        code = main(command(task, agent, data, logdir))
+        code = main(command(task, agent, tiny_data, logdir))
     if (task, agent) in REFUSED:
         assert_refused(outcome.value.code, capsys, logdir, REFUSED[task, agent])
         return
@@ -264,10 +254,10 @@ NONSENSE = [
 
 
 @pytest.mark.parametrize("task, args, words", NONSENSE, ids=[f"{t}-{' '.join(a[1:])}" for t, a, _ in NONSENSE])
-def test_combinations_that_cannot_make_sense_are_refused_before_a_run_folder_exists(task, args, words, data, tmp_path,
+def test_combinations_that_cannot_make_sense_are_refused_before_a_run_folder_exists(task, args, words, tiny_data, tmp_path,
                                                                                   capsys):
     logdir = tmp_path / "runs"
-    base = command(task, "static", data, logdir)
+    base = command(task, "static", tiny_data, logdir)
     base = base[: base.index("--agent")] + base[base.index("--agent") + 2:]  # the agent comes from args
     with pytest.raises(SystemExit) as refused:
         main([*base, *args])
@@ -301,7 +291,7 @@ def test_the_node_link_figure_names_the_task_s_own_sources_and_leaves():
     assert "what exits there (blue: sharp / red: blurred)" in texts and not any("MNIST" in t for t in texts)
 
 
-def test_what_would_fail_after_training_fails_before_the_run_folder_exists(data, tmp_path, capsys, monkeypatch):
+def test_what_would_fail_after_training_fails_before_the_run_folder_exists(tiny_data, tmp_path, capsys, monkeypatch):
     from routing_rl.agents.threshold import ThresholdLearner
     from routing_rl.app import trainer
 
@@ -312,7 +302,7 @@ def test_what_would_fail_after_training_fails_before_the_run_folder_exists(data,
     monkeypatch.setattr(trainer, "fit", lambda *args, **kwargs: pytest.fail("training started"))
     logdir = tmp_path / "runs"
     with pytest.raises(SystemExit) as refused:
-        main(command("plugin-sequence", "threshold", data, logdir))
+        main(command("plugin-sequence", "threshold", tiny_data, logdir))
     assert_refused(refused.value.code, capsys, logdir, "thresholds cannot be fitted")
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from synthetic_data import write_cifar_pickles, write_mnist_idx
 
 from routing_rl.app.cli import main
 from routing_rl.training.interrupt import request_stop
@@ -24,14 +23,6 @@ from routing_rl.training.interrupt import request_stop
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = str(REPO / "experiments" / "train_agent.py")
 LEARNERS = [("actor", []), ("pragmatic-critic", ["--policy", "eps-greedy"])]  # the critic samples its routes
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    write_mnist_idx(root / "MNIST" / "raw")
-    write_cifar_pickles(root / "cifar-10-batches-py")
-    return root
 
 
 @pytest.fixture(autouse=True)

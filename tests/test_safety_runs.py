@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from synthetic_data import write_cifar_pickles, write_mnist_idx
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from routing_rl.app import runs
@@ -33,14 +32,6 @@ class Planted:
 
     def __reduce__(self):
         return (Path.touch, (Path(self.marker),))
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    write_mnist_idx(root / "MNIST" / "raw")
-    write_cifar_pickles(root / "cifar-10-batches-py")
-    return root
 
 
 @pytest.fixture(autouse=True)
