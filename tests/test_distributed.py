@@ -54,8 +54,11 @@ class Recorder:
     def scalars(self, values, step):
         self.logged.update({(tag, step): value for tag, value in values.items() if not tag.endswith("per_second")})
 
-    def progress(self, steps, **postfix):
-        self.progress_values.append({k: v for k, v in postfix.items() if k != "examples_per_second"})
+    def progress(self, steps, examples, loss=None, **postfix):
+        self.progress_values.append({"loss": loss, **{k: v for k, v in postfix.items() if k != "examples_per_second"}})
+
+    def validated(self, accuracy, iteration):
+        self.logged[("validated", iteration)] = accuracy
 
     def histograms(self, values, step):
         pass

@@ -13,6 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - the docs extra installs tomli there
@@ -21,6 +23,9 @@ else:  # pragma: no cover - the docs extra installs tomli there
 TREE = Path("build") / "api-sources"
 
 
+# first of every on_config: mkdocstrings drops a configured path that does not exist yet, so on
+# a fresh clone the tree must be there before its own on_config runs
+@event_priority(100)
 def on_config(config):
     root = Path(config.config_file_path).resolve().parent
     package_dir = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
