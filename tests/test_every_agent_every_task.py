@@ -184,7 +184,7 @@ def assert_refused(code, capsys, logdir, words: str) -> None:
     assert not logdir.exists() or not any(logdir.iterdir()), "a refused run writes no folder"
 
 
-@pytest.mark.parametrize("task, agent", matrix())
+@pytest.mark.parametrize("task, agent", list(matrix()))
 def test_every_agent_trains_and_is_evaluated_on_every_task(task, agent, tiny_data, tmp_path, capsys):
     logdir = tmp_path / "runs"
     with pytest.raises(SystemExit) if (task, agent) in REFUSED else _returns() as outcome:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_safety_runs import args, finished, finished_logdir, refused, snapshot, tiny_data  # noqa: F401  (fixtures)
+from test_safety_runs import args, finished, finished_logdir, refused, snapshot  # noqa: F401  (fixtures)
 
 from routing_rl.app import runs
 from routing_rl.app.cli import main

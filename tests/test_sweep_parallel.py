@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import cache, tiny_data  # noqa: F401 (fixtures: tiny synthetic data, a scratch cache)
+from test_cli import cache  # noqa: F401 (fixture: a scratch cache; tiny_data comes from conftest)
 
 from routing_rl.app import workers
 from routing_rl.app.runs import RunError
