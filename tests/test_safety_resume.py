@@ -216,6 +216,15 @@ def interrupted_run(tiny_data, logdir, name, agent, *extra) -> Path:
     return logdir / name
 
 
+def refused_resume(target, capsys) -> str:
+    """``--resume target`` refused with exit 2: its one line."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(["--resume", str(target)])
+    assert stop.value.code == 2
+    return capsys.readouterr().err.strip()
+
+
 @pytest.mark.parametrize("other, extra, message", [
     ("pragmatic-critic", [], "was written by another run (agent pragmatic-critic, arch chain, width 1, "
                              "env routing_rl/HybridRouting-v0)"),
@@ -228,11 +237,7 @@ def test_a_checkpoint_of_another_run_is_refused(other, extra, message, tiny_data
     source = interrupted_run(tiny_data, tmp_path, "other", other, *extra)
     before = (target / "checkpoint.pt").read_bytes()
     shutil.copy(source / "checkpoint.pt", target / "checkpoint.pt")
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as stop:
-        main(["--resume", str(target)])
-    assert stop.value.code == 2
-    err = capsys.readouterr().err.strip()
+    err = refused_resume(target, capsys)
     assert len(err.splitlines()) == 1 and message in err, err
     assert "not by this one (agent actor, arch chain, width 1, env routing_rl/HybridRouting-v0)" in err
     assert not (target / "metrics.json").exists()
@@ -251,11 +256,7 @@ def test_an_old_checkpoint_is_checked_by_its_tensors(tiny_data, tmp_path, capsys
         torch.save(state, run / "checkpoint.pt")
     before = (target / "checkpoint.pt").read_bytes()
     shutil.copy(tree / "checkpoint.pt", target / "checkpoint.pt")
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as stop:
-        main(["--resume", str(target)])
-    assert stop.value.code == 2
-    err = capsys.readouterr().err.strip()
+    err = refused_resume(target, capsys)
     assert len(err.splitlines()) == 1 and "holds another net than this run's" in err, err
     (target / "checkpoint.pt").write_bytes(before)
     assert main(["--resume", str(target)]) == 0

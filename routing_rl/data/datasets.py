@@ -167,13 +167,13 @@ def harden_digits(grey: torch.Tensor, generator: torch.Generator) -> torch.Tenso
     """``(N, 1, H, W)`` grey digits in [0, 1] → occluded ones: a square of
     :data:`OCCLUSION` pixels at a uniform position, filled with one uniform grey level."""
     n, _, height, width = grey.shape
-    out = grey.clone()
-    rows = torch.randint(0, height - OCCLUSION + 1, (n,), generator=generator).tolist()
-    cols = torch.randint(0, width - OCCLUSION + 1, (n,), generator=generator).tolist()
-    levels = torch.rand(n, generator=generator).tolist()
-    for i, (r, c, level) in enumerate(zip(rows, cols, levels)):
-        out[i, :, r : r + OCCLUSION, c : c + OCCLUSION] = level
-    return out
+    rows = torch.randint(0, height - OCCLUSION + 1, (n, 1, 1, 1), generator=generator)
+    cols = torch.randint(0, width - OCCLUSION + 1, (n, 1, 1, 1), generator=generator)
+    levels = torch.rand(n, 1, 1, 1, generator=generator).to(grey.dtype)
+    y = torch.arange(height).view(1, 1, height, 1)
+    x = torch.arange(width).view(1, 1, 1, width)
+    square = (y >= rows) & (y < rows + OCCLUSION) & (x >= cols) & (x < cols + OCCLUSION)
+    return torch.where(square, levels, grey)
 
 
 def fade_and_noise(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
