@@ -197,6 +197,7 @@ def _render(split: Split, clips: int, config: ClipConfig, generator: torch.Gener
     # Background: a window of half the canvas's width, panning and bouncing inside it.
     pan = _bounce(pan_start[shot] + 0.5 + pan_velocity[shot] * since_cut[:, None], torch.ones(1, device=device)) - 0.5
     shown = image[segment]
+    objects = take_rows(split.images, shown)  # once per chunk: a dataset file's mapping is looked up once
     frames = torch.empty(C * T, 3, FRAME_SIDE, FRAME_SIDE, device=device)
     for first in range(0, C * T, FRAME_SLICE):  # every step is per frame: slices change no value
         part = slice(first, first + FRAME_SLICE)
@@ -209,7 +210,7 @@ def _render(split: Split, clips: int, config: ClipConfig, generator: torch.Gener
         theta[:, 0, 0], theta[:, 1, 1] = scale[part, 0], scale[part, 0]
         theta[:, :, 2] = -centre[part] * scale[part]
         grid = F.affine_grid(theta, [n, 3, FRAME_SIDE, FRAME_SIDE], align_corners=False)
-        obj = F.grid_sample(take_rows(split.images, shown[part]), grid, mode="bilinear", align_corners=False)
+        obj = F.grid_sample(objects[part], grid, mode="bilinear", align_corners=False)
         mask = F.grid_sample(torch.ones(n, 1, FRAME_SIDE, FRAME_SIDE, device=device), grid, mode="bilinear",
                              align_corners=False)
         frames[part] = (background * (1 - mask) + obj) * gain[part, None, None, None] + noise[part]
