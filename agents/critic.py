@@ -332,13 +332,20 @@ class CriticLearner(SGDLearner):
         sequence task, frames of training clips with the memory that policy carried."""
         if self.execution != "sampled":
             return
+        images = self.calibration_images(train)
+        values = torch.tensor(self.k_cpt.values, dtype=self.dtype, device=self.device)
+        k_cpt = values.repeat(len(images) // len(values) + 1)[: len(images)] if self.k_cpt.dynamic else None
+        recalibrate(self.net, images, argmax_decide, k_cpt)
+
+    def calibration_images(self, train: Split) -> torch.Tensor:
+        """Up to :data:`CALIBRATION_IMAGES` net inputs of ``train`` in a seeded random order, on
+        the learner's device (a sequence task's frames are made here and freed on return, so
+        that only the picked copy is held while the statistics are recomputed)."""
         train = frame_examples(self.net, self.task, train, argmax_decide, self.eval_k_cpts()[0], CALIBRATION_IMAGES,
                                self.config.seed)
         generator = torch.Generator().manual_seed(self.config.seed)
         pick = torch.randperm(len(train), generator=generator)[:CALIBRATION_IMAGES]
-        values = torch.tensor(self.k_cpt.values, dtype=self.dtype, device=self.device)
-        k_cpt = values.repeat(len(pick) // len(values) + 1)[: len(pick)] if self.k_cpt.dynamic else None
-        recalibrate(self.net, train.images[pick.to(train.images.device)].to(self.device), argmax_decide, k_cpt)
+        return train.images[pick.to(train.images.device)].to(self.device)
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         # accuracy and MACs in the report: expectations (full tree) or the sampled paths

@@ -218,7 +218,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     args = parser.parse_args(argv)
     from routing_rl.app.runs import RunError, train
     from routing_rl.app.summary import summary_text
-    from routing_rl.core.memory import retain_freed_memory
+    from routing_rl.core.memory import release_freed_memory, retain_freed_memory
     from routing_rl.training.monitor import progress_seconds
 
     retain_freed_memory()
@@ -243,6 +243,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
             print(json.dumps({k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}, indent=2))
         else:
             print(summary_text(metrics))
+    release_freed_memory()  # the run is over: its retained blocks need not stay resident while the process exits
     return 0
 
 
