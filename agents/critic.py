@@ -53,7 +53,27 @@ estimate of the expectation over ``d̂``), c_mod weights each node by the fracti
 batch whose path went through it, and TALR uses that fraction as its mean ``p²`` (see
 :mod:`routing_rl.core.talr`).
 
-**What makes sampled learning work (the defaults for ``--policy eps-greedy``).** Sampled
+**The full tree is every policy's default; why.** With sampled decisions a column, and its
+head, learn only from the examples the training policy sends there, so the critic values
+depth by what under-trained columns deliver, and is right to: what it learns depends on how
+its exploration happened to train the features. On hybrid the zero-initialised scores (an
+unobserved continuation looks free) kept sending images deep long enough for column 2 to
+train; on the task suite's ``hybrid-hard-digits``, where depth pays for the digits, the same
+optimism sent every image to exit 8 for a while and the run ended at exit 1, 3.3 points
+under the static frontier, and with the test-mix validation split (2,090 more CIFAR training
+images) the same command on hybrid fell from 91.6% to 85.4%. Removing the optimism
+(``score_start="guess"``: scores start at minus a uniform guess's cost), or letting the routers
+track their targets faster (``router_lr_scale`` 10-30; 100 diverges), makes every image exit at
+column 1 on both tasks (81-86% on hybrid): the critic then values the starved deep columns
+correctly. On the full tree every column trains on every image (its head weighted by the
+training policy's path probability) and every target is exact; the same ε-greedy critic,
+with nothing else changed, reaches 90.16% at 2.74M MACs on hybrid (digits at exit 1, CIFAR
+at exit 2) and 77.63% on hybrid-hard-digits, 10 points above its static frontier
+(``quick``, seed 0; ``docs/suite.md`` has the runs, seeds and commands). A full-tree step
+costs a static-8 step per image, as the actor's does. ``--execution sampled`` keeps the
+paper's sampled decisions, whose defaults follow.
+
+**What makes sampled learning work (the defaults for ``--execution sampled``).** Sampled
 decisions starve the deep part of the net: a column, and its head, learn only from the
 examples the training policy sends there. With ε 0.1 from the start, the first head is the
 only well-trained one, its exit looks cheapest, fewer examples go deeper, and the critic
@@ -86,7 +106,8 @@ configuration                          test acc   mean MACs  digits / CIFAR   ex
 =====================================  =========  =========  ===============  =====  ========
 
 Either change alone leaves the critic at "exit 1"; together they train column 2 well enough
-that the critic sends the digits and about 60% of the CIFAR images there. With both, on the
+that the critic sends the digits and about 60% of the CIFAR images there (on hybrid: not on
+every task, above). With both, on the
 full ``cpu-small`` schedule (4,000 iterations; the README's reproduction table), the sampled
 pragmatic critic lies above the static nets' accuracy/MAC curve in three seeds out of three at
 k_cpt 4e-9 (92.70 ± 0.83% test accuracy at 5.04 ± 0.88M MACs, +1.37 ± 0.31 points over the
@@ -112,7 +133,7 @@ from routing_rl.core.paths import Paths
 from routing_rl.agents.base import SGDLearner
 from routing_rl.training.sgd import check_error_cost, leaf_correct, leaf_errors, training_policy
 from routing_rl.training.config import TrainConfig
-from routing_rl.core.costs import error_cost
+from routing_rl.core.costs import error_cost, guess_cost
 from routing_rl.data import Split
 from routing_rl.core.execution import RoutedOutput, argmax_decide, route
 from routing_rl.core.graph import FullOutput, RoutedNet
@@ -209,7 +230,8 @@ class CriticLearner(SGDLearner):
     """Trains a routed net with a pragmatic (default) or optimistic critic.
 
     ``config.resolved_execution`` picks the full tree or sampled decisions;
-    ``config.resolved_policy`` the training routing policy (softmax, eps-greedy, greedy).
+    ``config.resolved_policy`` the training routing policy (softmax, eps-greedy, greedy);
+    ``config.score_start`` where the scores start (each router's last bias; its weight is 0).
     """
 
     def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None,
@@ -224,6 +246,9 @@ class CriticLearner(SGDLearner):
         self.paths = Paths(net)
         self.same_error = config.utility_error == config.error_cost
         self.side_heads = config.side_heads
+        if config.score_start == "guess":
+            for junction in net.junctions:
+                net.nodes[junction].router.start_at(-guess_cost(net.classes, config.utility_error))
 
     def losses(self, batch: Split, iteration: int) -> dict[str, torch.Tensor]:
         """The loss terms on one batch, the critic ``targets``, and node usage ``reach`` ``(B, N)``."""
@@ -307,13 +332,20 @@ class CriticLearner(SGDLearner):
         sequence task, frames of training clips with the memory that policy carried."""
         if self.execution != "sampled":
             return
+        images = self.calibration_images(train)
+        values = torch.tensor(self.k_cpt.values, dtype=self.dtype, device=self.device)
+        k_cpt = values.repeat(len(images) // len(values) + 1)[: len(images)] if self.k_cpt.dynamic else None
+        recalibrate(self.net, images, argmax_decide, k_cpt)
+
+    def calibration_images(self, train: Split) -> torch.Tensor:
+        """Up to :data:`CALIBRATION_IMAGES` net inputs of ``train`` in a seeded random order, on
+        the learner's device (a sequence task's frames are made here and freed on return, so
+        that only the picked copy is held while the statistics are recomputed)."""
         train = frame_examples(self.net, self.task, train, argmax_decide, self.eval_k_cpts()[0], CALIBRATION_IMAGES,
                                self.config.seed)
         generator = torch.Generator().manual_seed(self.config.seed)
         pick = torch.randperm(len(train), generator=generator)[:CALIBRATION_IMAGES]
-        values = torch.tensor(self.k_cpt.values, dtype=self.dtype, device=self.device)
-        k_cpt = values.repeat(len(pick) // len(values) + 1)[: len(pick)] if self.k_cpt.dynamic else None
-        recalibrate(self.net, train.images[pick.to(train.images.device)].to(self.device), argmax_decide, k_cpt)
+        return train.images[pick.to(train.images.device)].to(self.device)
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         # accuracy and MACs in the report: expectations (full tree) or the sampled paths

@@ -502,7 +502,8 @@ def check_identity(path: Path, routing: dict) -> None:
 
 def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: Path, device: torch.device,
               callbacks: Sequence[BaseCallback] = (), resume: bool = False,
-              cost: CostModel | None = None, figures: Callable[[dict], dict] | None = None) -> SB3Result:
+              cost: CostModel | None = None, figures: Callable[[dict], dict] | None = None,
+              splits: tuple[Split, Split] | None = None) -> SB3Result:
     """Train ``config.agent`` (dqn, ppo or a2c) on ``task`` (a dataset in memory: the paper's
     image task on it) with ``config.iterations × config.batch_size`` training images
     (``config.iterations`` steps of the feature network).
@@ -517,6 +518,9 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     ``run_dir``. The envs' rewards charge ``k_cpt × cost`` (None: the nodes' MACs).
     ``figures``: a validation entry -> ``{tag: figure}`` logged at every validation
     (:class:`~routing_rl.agents.sb3_callbacks.Validation`), the last one at the last iteration.
+    ``splits``: the (training, validation) parts :func:`~routing_rl.training.splits.training_splits`
+    made of the task's dataset for ``config`` already (a run's, so that they are not copied twice);
+    None: made here.
     """
     env_id = config.env if isinstance(task, RoutingTask) else None  # a dataset in memory has no id to rebuild from
     task = task if isinstance(task, RoutingTask) else ImageTask(task)
@@ -525,7 +529,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
         raise ValueError(f"train_sb3 trains {', '.join(SB3_AGENTS)}, not {config.agent!r}")
     run_dir = Path(run_dir)
     torch.manual_seed(config.seed)
-    train_part, validation, _ = training_splits(config, task.dataset())
+    train_part, validation = splits if splits is not None else training_splits(config, task.dataset())[:2]
     n_envs = config.n_envs
     net = task.make_net(config.arch, config.width, seed=config.seed, device=device)  # the agent reads k_cpt, not the routers
     env_kwargs = dict(task=task, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost, clip_actions=True,

@@ -1,10 +1,14 @@
+import json
+import math
+
 import pytest
 import torch
 from helpers import vector_tree
 from torch import nn
 
+from routing_rl.agents.actor import ActorLearner
 from routing_rl.agents.critic import CriticLearner, full_targets, sampled_targets
-from routing_rl.training.config import make_config
+from routing_rl.training.config import TrainConfig, make_config
 from routing_rl.training.sgd import training_policy
 from routing_rl.data import Split
 from routing_rl.core.execution import argmax_decide, dynamic, route
@@ -172,8 +176,8 @@ def test_sampled_mode_computes_only_the_sampled_path(side_heads):
 
     for name in net.order:
         net.nodes[name].register_forward_hook(count(name))
-    config = make_config("smoke", agent="critic", policy="eps-greedy", epsilon=1.0, side_heads=side_heads)
-    assert config.resolved_execution == "sampled"
+    config = make_config("smoke", agent="critic", policy="eps-greedy", execution="sampled", epsilon=1.0,
+                         side_heads=side_heads)
     learner = CriticLearner(net, config, CPU)
     x = torch.rand(8, 3, 32, 32)
     stats = learner.train_step(Split(x, torch.randint(0, 3, (8,)), torch.zeros(8, dtype=torch.long)), 0)
@@ -206,9 +210,10 @@ def test_critic_learns_to_take_the_cheap_exit_when_computation_is_expensive(poli
     assert (leaves == net.leaf_index["leafA"]).float().mean() > 0.9, "the 504-MAC exit costs least"
 
 
-def test_eps_greedy_critics_default_to_annealed_exploration_from_one_with_side_heads():
+def test_eps_greedy_critics_default_to_the_full_tree_and_annealed_exploration_from_one():
     config = make_config("quick", agent="critic", policy="eps-greedy")
-    assert config.agent == "pragmatic-critic" and config.resolved_execution == "sampled" and config.side_heads
+    assert config.agent == "pragmatic-critic" and config.resolved_execution == "full"
+    assert make_config("quick", agent="critic", policy="eps-greedy", execution="sampled").side_heads
     policy = training_policy(config)
     assert policy.value(0) == 1.0 and policy.value(config.epsilon_half_life) == pytest.approx(0.5)
     assert make_config("quick", agent="optimistic-critic", policy="eps-greedy").resolved_epsilon == 1.0
@@ -236,7 +241,7 @@ def test_sampled_critics_recompute_batch_norm_statistics_before_evaluation(execu
 def test_side_heads_are_trained_but_never_charged():
     torch.manual_seed(0)
     net = chain(classes=3)
-    config = make_config("smoke", agent="critic", policy="eps-greedy", epsilon=1.0, k_cpt=1e-6)
+    config = make_config("smoke", agent="critic", policy="eps-greedy", execution="sampled", epsilon=1.0, k_cpt=1e-6)
     learner = CriticLearner(net, config, CPU)
     terms = learner.losses(Split(torch.rand(16, 3, 32, 32), torch.randint(0, 3, (16,)), torch.zeros(16, dtype=torch.long)), 0)
     columns = [learner.paths.node_index[f"col{k}"] for k in range(1, 9)]
@@ -247,3 +252,48 @@ def test_side_heads_are_trained_but_never_charged():
     exits = reach[:, columns].sum(1).long() - 1  # the last column passed is where the example left
     head_macs = torch.tensor([net.macs[f"exit{k + 1}"] for k in range(8)], dtype=reach.dtype)[exits]
     assert float(terms["c_cpt"]) == pytest.approx(1e-6 * float((path_macs + head_macs).mean()), rel=1e-5)
+
+
+@pytest.mark.parametrize("utility_error, start", [("cross_entropy", -math.log(3)), ("zero_one", -2 / 3)])
+def test_critic_scores_start_at_zero_or_at_the_cost_of_a_uniform_guess(utility_error, start):
+    x = data().images
+    net = vector_tree()
+    CriticLearner(net, make_config("smoke", agent="critic", utility_error=utility_error, score_start="guess"), CPU)
+    for scores in net.eval()(x).scores.values():
+        torch.testing.assert_close(scores, torch.full_like(scores, start))
+    net = vector_tree()
+    CriticLearner(net, make_config("smoke", agent="critic"), CPU)
+    assert all(torch.equal(s, torch.zeros_like(s)) for s in net.eval()(x).scores.values()), "the paper's start"
+    with pytest.raises(ValueError, match="score_start"):
+        make_config("smoke", agent="critic", score_start="half")
+
+
+@pytest.mark.parametrize("agent, scale", [("critic", 1.0), ("critic", 10.0), ("actor", 3.0)])
+def test_routers_step_at_their_own_learning_rate(agent, scale):
+    torch.manual_seed(0)
+    net = vector_tree()
+    config = make_config("smoke", agent=agent, momentum=0.0, talr=False, router_lr_scale=scale)
+    learner = (ActorLearner if agent == "actor" else CriticLearner)(net, config, CPU)
+    before = {name: p.detach().clone() for name, p in net.named_parameters()}
+    learner.train_step(data(), 0)
+    routers = {name for name, _ in net.named_parameters() if ".router." in name}
+    assert routers
+    moved = 0
+    for name, p in net.named_parameters():
+        if p.grad is None or p.grad.abs().max() == 0:
+            continue
+        expected = before[name] - config.lr * (scale if name in routers else 1.0) * p.grad
+        torch.testing.assert_close(p.detach(), expected, msg=name)
+        moved += name in routers
+    assert moved, "the routers learned"
+    with pytest.raises(ValueError, match="router_lr_scale"):
+        make_config("smoke", agent=agent, router_lr_scale=0.0)
+
+
+def test_configs_saved_while_eps_greedy_critics_sampled_keep_sampling():
+    saved = json.loads(make_config("smoke", agent="critic", policy="eps-greedy").to_json())
+    assert saved["execution"] is None and TrainConfig.from_json(json.dumps(saved)).resolved_execution == "full"
+    del saved["router_lr_scale"], saved["score_start"]  # a config written before the full tree became the default
+    assert TrainConfig.from_json(json.dumps(saved)).resolved_execution == "sampled"
+    saved["policy"] = "softmax"
+    assert TrainConfig.from_json(json.dumps(saved)).resolved_execution == "full"

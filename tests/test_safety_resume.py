@@ -22,7 +22,7 @@ from routing_rl.training.interrupt import request_stop
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = str(REPO / "experiments" / "train_agent.py")
-LEARNERS = [("actor", []), ("pragmatic-critic", ["--policy", "eps-greedy"])]  # the critic samples its routes
+LEARNERS = [("actor", []), ("pragmatic-critic", ["--policy", "eps-greedy", "--execution", "sampled"])]  # it samples its routes
 
 
 @pytest.fixture(autouse=True)

@@ -328,7 +328,7 @@ def test_the_sweep_script_shares_the_one_k_cpt_check(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("agent, extra", [("actor", []), ("critic", ["--policy", "eps-greedy"])])
+@pytest.mark.parametrize("agent, extra", [("actor", []), ("critic", ["--policy", "eps-greedy", "--execution", "sampled"])])
 def test_sigkill_then_resume_gives_the_uninterrupted_metrics(agent, extra, tiny_data, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 

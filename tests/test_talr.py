@@ -79,7 +79,7 @@ def test_sampled_critic_scales_by_the_fraction_of_the_batch_through_each_node():
     data = batch(32, 1)
 
     def make(talr):
-        config = make_config("smoke", agent="critic", policy="eps-greedy", epsilon=1.0, talr=talr)
+        config = make_config("smoke", agent="critic", policy="eps-greedy", execution="sampled", epsilon=1.0, talr=talr)
         return CriticLearner(copy.deepcopy(net), config, torch.device("cpu"))
 
     # both learners draw the same paths: their generators start from the same seed

@@ -52,12 +52,16 @@ HELP = {
     "epsilon_half_life": "iterations for epsilon to halve",
     "k_dec": "cost of decisiveness (actor): k_dec * |s_j|^2 per junction",
     "k_ure": "utility regression error weight (critics)",
+    "router_lr_scale": "the routers' learning rate as a multiple of --lr (a critic's routers learn only the "
+                       "k_ure-weighted regression, so at 1 their scores move slowly: agents/critic.py)",
+    "score_start": "critics: where the router scores start: zero (the paper's zero-initialised last layer: every "
+                   "unobserved sink looks free) or guess (minus a uniform guess's error cost, ln(classes) nats)",
     "k_l2": "L2 weight of the activated layers' weights",
     "talr": "throughput-adjusted learning rates (Section 4.5)",
     "channels_last": "convolutions in channels-last memory format: faster steps on CPUs, same results up to rounding",
     "compile": "torch.compile the full-tree step (compiles for minutes at the first step)",
-    "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, sampled for critics with "
-                 "eps-greedy/greedy; for dqn, ppo, a2c: how the env trains the features)",
+    "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, every node on every image; "
+                 "sampled: critics compute only the sampled paths; for dqn, ppo, a2c: how the env trains the features)",
     "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is "
                   "computed); dqn: also replay those exits, with the rewards they would have earned",
     "uniform_weight": "dqn, ppo, a2c: share of each image's loss spread evenly over the heads in the env's full-tree "
@@ -214,7 +218,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     args = parser.parse_args(argv)
     from routing_rl.app.runs import RunError, train
     from routing_rl.app.summary import summary_text
-    from routing_rl.core.memory import retain_freed_memory
+    from routing_rl.core.memory import release_freed_memory, retain_freed_memory
     from routing_rl.training.monitor import progress_seconds
 
     retain_freed_memory()
@@ -239,6 +243,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
             print(json.dumps({k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}, indent=2))
         else:
             print(summary_text(metrics))
+    release_freed_memory()  # the run is over: its retained blocks need not stay resident while the process exits
     return 0
 
 

@@ -408,7 +408,8 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
 
             started = time.perf_counter()
             result = train_sb3(config, task, run_dir, device, resume=resume is not None, cost=cost,
-                               figures=node_link_figures(summary(build_net(config, task, "cpu"))))
+                               figures=node_link_figures(summary(build_net(config, task, "cpu"))),
+                               splits=(train_part, validation))
             net, evaluations = result.net, result.evaluations(task.examples(test))
             history, wall = result.history, time.perf_counter() - started
         else:

@@ -3,6 +3,8 @@ k_cpt live in :mod:`routing_rl.core.k_cpt`."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -16,3 +18,10 @@ def error_cost(logits: torch.Tensor, labels: torch.Tensor, kind: str = "cross_en
     if kind == "zero_one":
         return (logits.argmax(-1) != labels).to(logits.dtype)
     raise ValueError(f"unknown error cost {kind!r}; choose one of {', '.join(ERROR_COSTS)}")
+
+
+def guess_cost(classes: int, kind: str = "cross_entropy") -> float:
+    """The expected c_err of a uniform guess over ``classes``: ln(classes) nats, or 1 - 1/classes."""
+    if kind not in ERROR_COSTS:
+        raise ValueError(f"unknown error cost {kind!r}; choose one of {', '.join(ERROR_COSTS)}")
+    return math.log(classes) if kind == "cross_entropy" else 1.0 - 1.0 / classes

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from routing_rl.data.mapped import take_rows
+
 SOURCES = ("mnist", "cifar")
 """The sources of the paper's datasets: ``Split.source`` of MNIST, CIFAR and hybrid
 examples holds an index into this tuple."""
@@ -49,9 +51,10 @@ class Split:
         return Split(self.images.to(device), self.labels.to(device), self.source.to(device))
 
     def subset(self, indices: torch.Tensor) -> Split:
-        """The examples at ``indices`` (a new split; tensors are copied)."""
+        """The examples at ``indices`` (a new split; tensors are copied; the images of a split
+        loaded from the cache without keeping the file's pages resident: :func:`take_rows`)."""
         indices = torch.as_tensor(indices, dtype=torch.long, device=self.labels.device)
-        return Split(self.images[indices], self.labels[indices], self.source[indices])
+        return Split(take_rows(self.images, indices), self.labels[indices], self.source[indices])
 
 
 def stratified_indices(

@@ -19,7 +19,6 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import torch
 from PIL import Image
-from torchvision.datasets.folder import IMG_EXTENSIONS
 
 MNIST_CLASSES = tuple(str(d) for d in range(10))
 CIFAR10_CLASSES = (
@@ -29,6 +28,9 @@ IMAGE_SHAPES = {"mnist": (28, 28), "cifar": (3, 32, 32)}
 SPLITS = ("train", "test")
 CIFAR_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
 TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+"""The image files an image-folder layout is read from (those torchvision's ImageFolder reads;
+named here so that reading a dataset does not import torchvision, ~150 MB of memory)."""
 
 LAYOUT_HELP = """\
   MNIST:    torchvision's MNIST/raw/ folder, or MNIST IDX files, gzipped or plain, in any
@@ -170,7 +172,7 @@ def image_member(name: str) -> tuple[str, str] | None:
     parts = PurePosixPath(name).parts
     if len(parts) < 3 or parts[-3] not in SPLITS or parts[-1].startswith("."):
         return None
-    if not parts[-1].lower().endswith(IMG_EXTENSIONS):
+    if not parts[-1].lower().endswith(IMAGE_SUFFIXES):
         return None
     return parts[-3], parts[-2]
 

@@ -16,7 +16,7 @@ Two kinds of event happen at random frames (never at frame 0, which always start
 Between events frames differ only by motion, the camera's per-frame gain and sensor noise,
 so a prediction made on one frame of a segment stays right for the rest of it.
 
-Clips are rendered in one batch with ``grid_sample`` (no per-pixel Python) and are a
+Clips are rendered a slice of frames at a time with ``grid_sample`` (no per-pixel Python) and are a
 deterministic function of the split, the :class:`ClipConfig` and the seed. Clips only ever
 show images of the split they were made from: build training clips from a training split and
 test clips from the test split, and no test image is ever seen in training.
@@ -30,10 +30,14 @@ import torch
 import torch.nn.functional as F
 
 from routing_rl.data.containers import Split
+from routing_rl.data.mapped import take_rows
 
 FRAME_SIDE = 32
 CHUNK = 256
-"""Clips rendered together: bounds the intermediate tensors of :func:`make_clips`."""
+"""Clips whose random numbers are drawn together (changing it changes the clips)."""
+FRAME_SLICE = 512
+"""Frames rendered together from a chunk's draws: bounds the intermediate tensors of
+:func:`make_clips` (the frames do not depend on it)."""
 BACKGROUND_GRID = 6
 """Side of the random colour grid a background is interpolated from: low enough for smooth
 backgrounds, high enough that panning changes them."""
@@ -185,28 +189,32 @@ def _render(split: Split, clips: int, config: ClipConfig, generator: torch.Gener
     gain = 1 + config.gain * torch.randn(C * T, generator=generator, device=device)
     noise = config.noise * torch.randn(C * T, 3, FRAME_SIDE, FRAME_SIDE, generator=generator, device=device)
 
-    # Background: a window of half the canvas's width, panning and bouncing inside it.
-    pan = _bounce(pan_start[shot] + 0.5 + pan_velocity[shot] * since_cut[:, None], torch.ones(1, device=device)) - 0.5
-    identity = torch.tensor([[0.5, 0.0], [0.0, 0.5]], device=device).expand(C * T, 2, 2)
-    theta = torch.cat([identity, pan[:, :, None]], dim=2)
-    grid = F.affine_grid(theta, [C * T, 3, FRAME_SIDE, FRAME_SIDE], align_corners=False)
-    background = F.grid_sample(canvas[shot], grid, mode="bilinear", align_corners=False)
-
     # Object: the image shrunk to `size` pixels, its top-left corner moving and bouncing.
     seg_size = size[segment]
     corner = _bounce(start[segment] + velocity[segment] * since_event[:, None], (FRAME_SIDE - seg_size)[:, None])
     centre = (corner + seg_size[:, None] / 2) / FRAME_SIDE * 2 - 1  # normalised coordinates
     scale = (FRAME_SIDE / seg_size)[:, None]
-    theta = torch.zeros(C * T, 2, 3, device=device)
-    theta[:, 0, 0], theta[:, 1, 1] = scale[:, 0], scale[:, 0]
-    theta[:, :, 2] = -centre * scale
-    grid = F.affine_grid(theta, [C * T, 3, FRAME_SIDE, FRAME_SIDE], align_corners=False)
+    # Background: a window of half the canvas's width, panning and bouncing inside it.
+    pan = _bounce(pan_start[shot] + 0.5 + pan_velocity[shot] * since_cut[:, None], torch.ones(1, device=device)) - 0.5
     shown = image[segment]
-    obj = F.grid_sample(split.images.index_select(0, shown), grid, mode="bilinear", align_corners=False)
-    mask = F.grid_sample(torch.ones(C * T, 1, FRAME_SIDE, FRAME_SIDE, device=device), grid, mode="bilinear",
-                         align_corners=False)
+    objects = take_rows(split.images, shown)  # once per chunk: a dataset file's mapping is looked up once
+    frames = torch.empty(C * T, 3, FRAME_SIDE, FRAME_SIDE, device=device)
+    for first in range(0, C * T, FRAME_SLICE):  # every step is per frame: slices change no value
+        part = slice(first, first + FRAME_SLICE)
+        n = len(shown[part])
+        identity = torch.tensor([[0.5, 0.0], [0.0, 0.5]], device=device).expand(n, 2, 2)
+        grid = F.affine_grid(torch.cat([identity, pan[part, :, None]], dim=2), [n, 3, FRAME_SIDE, FRAME_SIDE],
+                             align_corners=False)
+        background = F.grid_sample(canvas[shot[part]], grid, mode="bilinear", align_corners=False)
+        theta = torch.zeros(n, 2, 3, device=device)
+        theta[:, 0, 0], theta[:, 1, 1] = scale[part, 0], scale[part, 0]
+        theta[:, :, 2] = -centre[part] * scale[part]
+        grid = F.affine_grid(theta, [n, 3, FRAME_SIDE, FRAME_SIDE], align_corners=False)
+        obj = F.grid_sample(objects[part], grid, mode="bilinear", align_corners=False)
+        mask = F.grid_sample(torch.ones(n, 1, FRAME_SIDE, FRAME_SIDE, device=device), grid, mode="bilinear",
+                             align_corners=False)
+        frames[part] = (background * (1 - mask) + obj) * gain[part, None, None, None] + noise[part]
 
-    frames = (background * (1 - mask) + obj) * gain[:, None, None, None] + noise
     return Clips(
         frames=frames.clamp_(0, 1).view(C, T, 3, FRAME_SIDE, FRAME_SIDE),
         labels=split.labels[shown].view(C, T),

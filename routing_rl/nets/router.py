@@ -60,6 +60,11 @@ class Router(Foldable):
                 nn.init.zeros_(layer.bias)
         nn.init.zeros_(self.layers[-1].weight)
 
+    @torch.no_grad()
+    def start_at(self, score: float) -> None:
+        """Every sink's score starts at ``score`` (the last layer's weight is zero until it learns)."""
+        self.layers[-1].bias.fill_(score)
+
     @property
     def n_sinks(self) -> int:
         return self.layers[-1].out_features

@@ -45,6 +45,7 @@ AGENT_ALIASES = {"critic": "pragmatic-critic"}
 """Other names an agent answers to; a config stores the agent's own name."""
 POLICIES = ("softmax", "eps-greedy", "greedy")
 EXECUTIONS = ("full", "sampled")
+SCORE_STARTS = ("guess", "zero")
 PRESETS = ("smoke", "quick", "cpu-small", "paper")
 DEFAULT_PRESET = "quick"
 SB3_AGENTS = ("dqn", "ppo", "a2c")
@@ -95,7 +96,7 @@ RANGES = {  # field: ((low, inclusive), (high, inclusive), what to say)
     "width": _COUNT, "n_envs": _COUNT, "iterations": _COUNT, "batch_size": _COUNT, "eval_every": _COUNT, "checkpoint_every": _COUNT,
     "eval_examples": _COUNT, "train_examples": _COUNT, "seed": ((0, True), (MAX_SEED, True), "an integer in 0 ... 2**63 - 1"),
     "lr": _POSITIVE, "lr_half_life": _POSITIVE, "tau": _POSITIVE, "tau_half_life": _POSITIVE,
-    "epsilon_half_life": _POSITIVE, "k_dec": _NON_NEGATIVE, "k_ure": _NON_NEGATIVE, "k_l2": _NON_NEGATIVE,
+    "epsilon_half_life": _POSITIVE, "router_lr_scale": _POSITIVE, "k_dec": _NON_NEGATIVE, "k_ure": _NON_NEGATIVE, "k_l2": _NON_NEGATIVE,
     "momentum": ((0, True), (1, False), "in [0, 1)"),
     "epsilon": ((0, True), (1, True), "in [0, 1]"),
     "uniform_weight": ((0, True), (1, True), "in [0, 1] (1: every head weighs the same, 0: only the heads the agent reached)"),
@@ -181,11 +182,13 @@ class TrainConfig:
     epsilon_half_life: int = 500
     k_dec: float = 0.01
     k_ure: float = 0.001
+    router_lr_scale: float = 1.0  # the routers step at lr × this
+    score_start: str = "zero"  # critics: the paper's zero scores, or "guess": minus a uniform guess's error cost
     k_l2: float = 1e-4
     talr: bool = True
     channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
     compile: bool = False  # torch.compile of the full evaluation
-    execution: str | None = None  # None: full tree (actor, softmax critics, SB3 joint training), sampled for ε-greedy/greedy
+    execution: str | None = None  # None: full tree; "sampled" (critics, SB3 joint training): the decisions' paths only
     side_heads: bool = True  # sampled critics: train every head whose input the path computed; dqn: replay those exits
     uniform_weight: float = 0.25  # dqn/ppo/a2c full-tree joint training: loss share spread evenly over the heads
     error_cost: str = "cross_entropy"
@@ -234,9 +237,7 @@ class TrainConfig:
     def resolved_execution(self) -> str:
         if self.execution is not None:
             return self.execution
-        if self.agent in SB3_AGENTS:  # the env's joint training: every head on every image
-            return "full"
-        return "sampled" if self.resolved_policy in ("eps-greedy", "greedy") else "full"
+        return "full"  # every learner's features train on every image: agents/critic.py says why
 
     def validate(self, archs: Sequence[str] | None = None, static_archs: Sequence[str] | None = None) -> TrainConfig:
         """Raise ValueError naming the first bad field and how to fix it (also for a config
@@ -305,6 +306,8 @@ class TrainConfig:
             )
         if self.validation_mix not in VALIDATION_MIXES:
             raise ValueError(f"unknown validation_mix {self.validation_mix!r}; choose one of {', '.join(VALIDATION_MIXES)}")
+        if self.score_start not in SCORE_STARTS:
+            raise ValueError(f"unknown score_start {self.score_start!r}; choose one of {', '.join(SCORE_STARTS)}")
         if self.execution is not None and self.execution not in EXECUTIONS:
             raise ValueError(f"unknown execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
         if self.agent == "actor" and self.resolved_execution != "full":
@@ -382,6 +385,9 @@ class TrainConfig:
             raise ValueError("this config was written before --n-envs and --sb3-kwargs, when SB3 iterations were "
                              "environment steps; start a new run")
         values.setdefault("validation_mix", "train")  # configs written before it held out the training mix
+        if "router_lr_scale" not in values and values.get("execution") is None and values.get("agent") not in SB3_AGENTS \
+                and values.get("policy") in ("eps-greedy", "greedy"):
+            values["execution"] = "sampled"  # written while that was the default of these policies
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - known
         if unknown:

@@ -73,18 +73,21 @@ def run_episodes(net: RoutedNet, task, split: Split, policy: FramePolicy | Decid
             frames = split.images[start : start + batch_size].to(device)
             labels = split.labels[start : start + batch_size].to(device)
             memory = task.initial_memory(frames[:, 0])
-            steps = []
+            steps, kept = [], None
             for t in range(split.frames):
                 inputs = task.net_input(frames[:, t], memory)
                 routed = route(net, inputs, policy.at(clips, t), k_cpt if net.k_cpt_input else None)
                 memory = task.carry(memory, frames[:, t], routed.logits, routed.leaf)
                 c_err = task.error_cost(routed.logits, labels[:, t], error_kind)
-                steps.append((routed.leaf, routed.pred == labels[:, t], routed.macs, c_err)
-                             + ((inputs,) if keep_inputs else ()))
-            parts.append([torch.stack(values, 1).cpu() for values in zip(*steps)])
+                steps.append((routed.leaf, routed.pred == labels[:, t], routed.macs, c_err))
+                if keep_inputs:  # written in place: a list of T inputs and its stack would hold them twice
+                    if kept is None:
+                        kept = torch.empty((len(inputs), split.frames, *inputs.shape[1:]), dtype=inputs.dtype)
+                    kept[:, t] = inputs
+            parts.append([torch.stack(values, 1).cpu() for values in zip(*steps)] + ([kept] if keep_inputs else []))
     finally:
         net.train(was_training)
-    return Episodes(*(torch.cat(values) for values in zip(*parts)))
+    return Episodes(*(values[0] if len(values) == 1 else torch.cat(values) for values in zip(*parts)))
 
 
 def frame_examples(net: RoutedNet, task, split: Split, policy: FramePolicy | Decide = argmax_decide, k_cpt=None,

@@ -53,6 +53,7 @@ class SGDOptions:
     k_l2: float = TrainConfig.k_l2
     talr: bool = TrainConfig.talr
     probability_floor: float = TrainConfig.probability_floor
+    router_lr_scale: float = TrainConfig.router_lr_scale
 
     @classmethod
     def from_config(cls, config: TrainConfig, **overrides):
@@ -73,7 +74,8 @@ class RoutedSGD:
 
     def __init__(self, net: RoutedNet, options: SGDOptions, regularise_routers: bool = True):
         self.options = options
-        self.optimizer = torch.optim.SGD(net.parameters(), lr=options.lr, momentum=options.momentum)
+        self.optimizer = torch.optim.SGD(_parameter_groups(net, options.router_lr_scale), lr=options.lr,
+                                         momentum=options.momentum)
         self.gradients = NodeGradients(net)
         node_lists = [node_weights(net.nodes[name], regularise_routers) for name in net.order]
         self.weights = [w for weights in node_lists for w in weights]
@@ -124,7 +126,7 @@ class RoutedSGD:
             self.gradients.scale(talr_scales(reach, self.options.probability_floor, mean))
         lr = self.lr(step)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group["lr_scale"]
         self.optimizer.step()
         return lr
 
@@ -150,7 +152,22 @@ class RoutedSGD:
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
+        scales = [group["lr_scale"] for group in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state)
+        for group, scale in zip(self.optimizer.param_groups, scales):  # this run's, also over older checkpoints'
+            group["lr_scale"] = scale
+
+
+def _parameter_groups(net: RoutedNet, router_lr_scale: float) -> list[dict]:
+    """The optimiser's parameter groups: one, or the routers' apart when they step at another
+    rate (one group keeps the optimiser state of runs saved before the scale existed)."""
+    if router_lr_scale == 1.0:
+        return [{"params": list(net.parameters()), "lr_scale": 1.0}]
+    routers = {id(p) for node in net.nodes.values() if node.router is not None for p in node.router.parameters()}
+    return [
+        {"params": [p for p in net.parameters() if id(p) not in routers], "lr_scale": 1.0},
+        {"params": [p for p in net.parameters() if id(p) in routers], "lr_scale": router_lr_scale},
+    ]
 
 
 def node_weights(node: Node, with_router: bool = True) -> list[torch.nn.Parameter]:
