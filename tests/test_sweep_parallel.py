@@ -143,7 +143,8 @@ def wait_for(condition, timeout: float, what: str):
 
 def mid_run(logdir: Path) -> list[Path]:
     """The run folders holding a checkpoint but no metrics.json: runs stopped (or stopping) mid-way."""
-    return [d for d in sorted(logdir.glob("*")) if (d / "checkpoint.pt").is_file() and not (d / "metrics.json").is_file()]
+    return [run_dir for run_dir in sorted(logdir.glob("*"))
+            if (run_dir / "checkpoint.pt").is_file() and not (run_dir / "metrics.json").is_file()]
 
 
 @pytest.mark.slow
