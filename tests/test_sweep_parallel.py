@@ -114,8 +114,8 @@ SWEEP_SCRIPT = """
 import sys
 from routing_rl.app.sweep import run_sweep, sweep_configs
 
-def configs(data_dir, logdir):
-    return sweep_configs(["actor"], [0.0, 4e-9], static_columns=[1], preset="smoke", iterations=30, eval_every=10,
+def configs(data_dir, logdir, k_cpts=(0.0, 4e-9)):
+    return sweep_configs(["actor"], k_cpts, static_columns=[1], preset="smoke", iterations=30, eval_every=10,
                          checkpoint_every=3, data_dir=data_dir, download=False, validation_fraction=0.4, logdir=logdir)
 
 if __name__ == "__main__":
@@ -123,10 +123,35 @@ if __name__ == "__main__":
 """
 
 
+def long_configs(data_dir, logdir, **fields):
+    """SWEEP_SCRIPT's runs: 30 iterations with a checkpoint every 3, long enough to be killed mid-run."""
+    namespace = {"__name__": "sweep_script"}
+    exec(SWEEP_SCRIPT, namespace)
+    return namespace["configs"](str(data_dir), str(logdir), **fields)
+
+
+def wait_for(condition, timeout: float, what: str):
+    """``condition()``'s first true value, polled until ``timeout`` seconds; fails naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def mid_run(logdir: Path) -> list[Path]:
+    """The run folders holding a checkpoint but no metrics.json: runs stopped (or stopping) mid-way."""
+    return [run_dir for run_dir in sorted(logdir.glob("*"))
+            if (run_dir / "checkpoint.pt").is_file() and not (run_dir / "metrics.json").is_file()]
+
+
 @pytest.mark.slow
 def test_a_killed_sweep_run_again_finishes_with_the_uninterrupted_results(tiny_data, cache, tmp_path):
-    """kill -9 of the sweep and its workers once a run has saved a checkpoint and before
-    the sweep is done; the same sweep again resumes and ends where an uninterrupted one does."""
+    """kill -9 of the sweep and its workers once a run has saved a checkpoint and before it
+    is done; the same sweep again resumes that run (taking over the lock its dead worker
+    left) and every run ends where an uninterrupted sweep's does."""
     script = tmp_path / "sweep_script.py"
     script.write_text(SWEEP_SCRIPT)
     command = [sys.executable, str(script), str(tiny_data)]
@@ -134,17 +159,20 @@ def test_a_killed_sweep_run_again_finishes_with_the_uninterrupted_results(tiny_d
     killed = tmp_path / "killed"
     process = subprocess.Popen([*command, str(killed)], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not any(killed.glob("*/checkpoint.pt")) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    finished = sorted(p.parent.name for p in killed.glob("*/metrics.json"))
-    assert len(finished) < 3, "the sweep ended before it could be killed mid-way"
-    subprocess.run([*command, str(killed)], env=env, check=True, capture_output=True, timeout=600)
-    namespace = {"__name__": "sweep_script"}
-    exec(SWEEP_SCRIPT, namespace)  # the same configs, trained here in one uninterrupted sweep
-    uninterrupted = run_sweep(namespace["configs"](str(tiny_data), str(tmp_path / "uninterrupted")), lambda line: None)
+    try:
+        wait_for(lambda: mid_run(killed) or process.poll() is not None, 300, "a run's first checkpoint")
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    stopped = mid_run(killed)
+    assert stopped, "the sweep ended before it could be killed mid-run"
+    assert all((d / "run.lock").is_file() for d in stopped)  # kill -9: no one released it
+    again = subprocess.run([*command, str(killed)], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    for run_dir in stopped:
+        assert f"{run_dir.name}: resuming" in again.stdout
+        assert f"{run_dir / 'run.lock'} was left by process" in again.stderr
+    uninterrupted = run_sweep(long_configs(tiny_data, tmp_path / "uninterrupted"), lambda line: None)
     assert results(killed / d.name for d in uninterrupted) == results(uninterrupted)
 
 
@@ -172,3 +200,44 @@ def test_the_sweep_benchmark_times_both_modes_on_the_same_runs(real_data_dir, re
     assert result["runs"] == 2 and len(result["speedups_by_round"]) == 1
     assert result["workers1_seconds"] > 0 and result["workers2_seconds"] > 0
     assert result["workers2_speedup"] == result["workers1_seconds"] / result["workers2_seconds"]
+
+
+@pytest.mark.slow
+def test_a_ray_worker_killed_mid_run_is_retried_and_resumes_to_the_uninterrupted_results(tiny_data, cache, tmp_path):
+    """kill -9 of the Ray worker training a run, after the run's first checkpoint: Ray
+    retries the task (:data:`~routing_rl.app.workers.RAY_RETRIES`), the retry takes over the
+    dead worker's lock and resumes from the checkpoint, and the sweep ends with the results
+    of an uninterrupted one."""
+    ray = pytest.importorskip("ray", reason='Ray is not installed: pip install -e ".[ray]" to run the Ray sweep tests')
+    configs = long_configs(tiny_data, tmp_path / "ray", k_cpts=[4e-9])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    finished, log = {}, []
+
+    def sweep():
+        try:
+            finished["run_dirs"] = run_sweep(configs, log.append, ray=True)
+        except BaseException as error:  # handed to the test's thread
+            finished["error"] = error
+
+    thread = threading.Thread(target=sweep, daemon=True)
+    thread.start()
+    try:
+        run_dir = wait_for(lambda: next(iter(mid_run(tmp_path / "ray")), None) or not thread.is_alive(), 300,
+                           "a run's first checkpoint")
+        assert run_dir is not True, f"the sweep ended before a run could be killed mid-run: {finished}"
+        owner = json.loads(wait_for(lambda: (run_dir / "run.lock").is_file() and (run_dir / "run.lock").read_text(),
+                                    60, "the run's lock"))
+        assert owner["pid"] != os.getpid()  # a Ray worker, not this process
+        os.kill(owner["pid"], signal.SIGKILL)
+        assert not (run_dir / "metrics.json").is_file(), "the run ended before its worker could be killed"
+        thread.join(timeout=600)
+        assert not thread.is_alive(), "the Ray sweep did not finish within 600 s of the kill"
+    finally:
+        ray.shutdown()
+    assert "error" not in finished, finished.get("error")
+    # resumed, not started again: a fresh start would have removed the killed worker's TensorBoard file
+    writers = {path.name.split(".")[-2] for path in run_dir.glob("events.out.tfevents.*")}  # ...<time>.<host>.<pid>.<n>
+    assert str(owner["pid"]) in writers and len(writers) == 2
+    assert not (run_dir / "run.lock").exists()
+    uninterrupted = run_sweep(long_configs(tiny_data, tmp_path / "uninterrupted", k_cpts=[4e-9]), lambda line: None)
+    assert results(finished["run_dirs"]) == results(uninterrupted)

@@ -36,7 +36,14 @@ from routing_rl.app.runs import METRICS_FILE, RunError, has_checkpoint, train
 from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig
 
 RAY_RETRIES = 3
-"""How many times Ray restarts a run whose worker died (a preempted node, an out-of-memory kill)."""
+"""How many times Ray starts a run again after its worker process died (killed by a signal,
+out of memory, its node lost): a system failure, which Ray retries for a task with
+``max_retries > 0``. The retry resumes the run from its last checkpoint (on the same host it
+takes over the dead worker's ``run.lock``), so a retry costs at most ``checkpoint_every``
+iterations, and three allow a run to survive a few preemptions while a run that kills its
+worker every time (too large for the node's memory) still ends, named as failed. Exceptions
+are not retried (``retry_exceptions=False``): :func:`train_run` returns a run's errors as its
+outcome, and a bad config or a bug fails the same way every time."""
 RAY_MISSING = 'the --ray sweep needs Ray: pip install -e ".[ray]" (or run without --ray on local workers)'
 FORWARDED_ENV = "ROUTING_RL_"
 """Environment variables with this prefix (data folder, cache) are handed to every worker."""
