@@ -132,7 +132,7 @@ def test_the_zoo_hyperparameters_build_their_algorithm_on_every_listed_env(datas
 
 
 SMALL_BUDGET = 8_000
-"""Environment steps per agent in the slow test (the ymls give DQN and PPO 60,000; docs/rl-benchmark.md)."""
+"""Environment steps per agent in the slow test (the ymls give DQN 100,000 and PPO 60,000; docs/rl-benchmark.md)."""
 
 
 @pytest.mark.slow
