@@ -229,7 +229,7 @@ def _subtree_cost(q: torch.Tensor, scores: torch.Tensor, optimistic: bool) -> to
 class CriticLearner(SGDLearner):
     """Trains a routed net with a pragmatic (default) or optimistic critic.
 
-    ``config.resolved_execution`` picks the full tree or sampled decisions;
+    ``config.execution`` picks the full tree or sampled decisions;
     ``config.resolved_policy`` the training routing policy (softmax, eps-greedy, greedy);
     ``config.score_start`` where the scores start (each router's last bias; its weight is 0).
     """
@@ -242,7 +242,7 @@ class CriticLearner(SGDLearner):
         super().__init__(net, config, device, cost)
         self.optimistic = optimistic
         self.policy = training_policy(config)
-        self.execution = config.resolved_execution
+        self.execution = config.execution
         self.paths = Paths(net)
         self.same_error = config.utility_error == config.error_cost
         self.side_heads = config.side_heads

@@ -335,7 +335,7 @@ def _dqn(device: torch.device):
     dataset = RoutingDataset("random", tuple(str(c) for c in range(CLASSES)), split, split, {}, SOURCES)
     config = make_config("paper", agent="dqn", sb3_kwargs={"learning_starts": 0})
     env = RoutingSB3VecEnv(config.n_envs, seed=0, dataset=dataset, train=True, device=device,
-                        joint=JointTraining.from_config(config, execution=config.resolved_execution))
+                        joint=JointTraining.from_config(config))
     env.traffic.record_side_exits = config.side_heads  # as train_sb3 trains DQN
     model = ALGORITHMS["dqn"]("MlpPolicy", env, routed_net=env.net, feature_trainer=env.trainer, routing={},
                               seed=0, device=device, **sb3_kwargs(config, config.n_envs))

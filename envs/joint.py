@@ -78,7 +78,7 @@ class JointTraining(SGDOptions):
 
     batch_size: int = TrainConfig.batch_size
     augment: bool = True
-    execution: str = "full"
+    execution: str = TrainConfig.execution
     uniform_weight: float = TrainConfig.uniform_weight
 
     def __post_init__(self) -> None:

@@ -212,7 +212,7 @@ def test_critic_learns_to_take_the_cheap_exit_when_computation_is_expensive(poli
 
 def test_eps_greedy_critics_default_to_the_full_tree_and_annealed_exploration_from_one():
     config = make_config("quick", agent="critic", policy="eps-greedy")
-    assert config.agent == "pragmatic-critic" and config.resolved_execution == "full"
+    assert config.agent == "pragmatic-critic" and config.execution == "full"
     assert make_config("quick", agent="critic", policy="eps-greedy", execution="sampled").side_heads
     policy = training_policy(config)
     assert policy.value(0) == 1.0 and policy.value(config.epsilon_half_life) == pytest.approx(0.5)
@@ -292,8 +292,9 @@ def test_routers_step_at_their_own_learning_rate(agent, scale):
 
 def test_configs_saved_while_eps_greedy_critics_sampled_keep_sampling():
     saved = json.loads(make_config("smoke", agent="critic", policy="eps-greedy").to_json())
-    assert saved["execution"] is None and TrainConfig.from_json(json.dumps(saved)).resolved_execution == "full"
-    del saved["router_lr_scale"], saved["score_start"]  # a config written before the full tree became the default
-    assert TrainConfig.from_json(json.dumps(saved)).resolved_execution == "sampled"
+    assert TrainConfig.from_json(json.dumps(saved)).execution == "full"
+    saved["execution"] = None  # written when None meant the agent's default, and before the full tree was every policy's
+    del saved["router_lr_scale"], saved["score_start"]
+    assert TrainConfig.from_json(json.dumps(saved)).execution == "sampled"
     saved["policy"] = "softmax"
-    assert TrainConfig.from_json(json.dumps(saved)).resolved_execution == "full"
+    assert TrainConfig.from_json(json.dumps(saved)).execution == "full"

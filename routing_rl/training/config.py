@@ -188,7 +188,7 @@ class TrainConfig:
     talr: bool = True
     channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
     compile: bool = False  # torch.compile of the full evaluation
-    execution: str | None = None  # None: full tree; "sampled" (critics, SB3 joint training): the decisions' paths only
+    execution: str = "full"  # every node on every image (agents/critic.py says why); "sampled": the decisions' paths only
     side_heads: bool = True  # sampled critics: train every head whose input the path computed; dqn: replay those exits
     uniform_weight: float = 0.25  # dqn/ppo/a2c full-tree joint training: loss share spread evenly over the heads
     error_cost: str = "cross_entropy"
@@ -232,12 +232,6 @@ class TrainConfig:
         if self.epsilon is not None:
             return self.epsilon
         return 0.1 if self.agent == "dqn" else 1.0
-
-    @property
-    def resolved_execution(self) -> str:
-        if self.execution is not None:
-            return self.execution
-        return "full"  # every learner's features train on every image: agents/critic.py says why
 
     def validate(self, archs: Sequence[str] | None = None, static_archs: Sequence[str] | None = None) -> TrainConfig:
         """Raise ValueError naming the first bad field and how to fix it (also for a config
@@ -308,9 +302,9 @@ class TrainConfig:
             raise ValueError(f"unknown validation_mix {self.validation_mix!r}; choose one of {', '.join(VALIDATION_MIXES)}")
         if self.score_start not in SCORE_STARTS:
             raise ValueError(f"unknown score_start {self.score_start!r}; choose one of {', '.join(SCORE_STARTS)}")
-        if self.execution is not None and self.execution not in EXECUTIONS:
+        if self.execution not in EXECUTIONS:
             raise ValueError(f"unknown execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
-        if self.agent == "actor" and self.resolved_execution != "full":
+        if self.agent == "actor" and self.execution != "full":
             raise ValueError("the actor needs the full tree (exact expectations); drop --execution=sampled")
         if self.sb3_kwargs:
             self._check_sb3_kwargs()
@@ -385,9 +379,10 @@ class TrainConfig:
             raise ValueError("this config was written before --n-envs and --sb3-kwargs, when SB3 iterations were "
                              "environment steps; start a new run")
         values.setdefault("validation_mix", "train")  # configs written before it held out the training mix
-        if "router_lr_scale" not in values and values.get("execution") is None and values.get("agent") not in SB3_AGENTS \
-                and values.get("policy") in ("eps-greedy", "greedy"):
-            values["execution"] = "sampled"  # written while that was the default of these policies
+        if values.get("execution") is None:  # written when None meant the agent's default execution, which was
+            sampled = "router_lr_scale" not in values and values.get("agent") not in SB3_AGENTS and \
+                values.get("policy") in ("eps-greedy", "greedy")  # sampled for these policies, before the task suite
+            values["execution"] = "sampled" if sampled else "full"
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - known
         if unknown:
