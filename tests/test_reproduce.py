@@ -47,6 +47,32 @@ def test_margin_is_over_the_best_static_net_at_no_more_macs_of_the_same_data_and
     assert results.mean_margin(actor, 0) == pytest.approx(-2.0)
 
 
+def test_a_static_net_at_several_learning_rates_is_the_one_best_on_validation_per_seed():
+    static, actor = Series("static nets", "static"), Series("actor", "actor")
+    tagged = Series("static nets", "static", tag="-lr0.02")
+    assert (static.folder, tagged.folder) == ("hybrid-w1", "hybrid-w1-lr0.02")
+
+    def net(series, seed, validation, test, arch="static-1"):
+        run = {"arch": arch, "history": [{"evaluations": [{"accuracy": validation}]}]}
+        return Point(series, seed, None, test, 1e6, run, {})
+    points = [net(static, 0, 0.70, 0.90), net(tagged, 0, 0.80, 0.60),  # seed 0: lr 0.02 wins on validation
+              net(static, 1, 0.80, 0.85), net(tagged, 1, 0.80, 0.95),  # seed 1: a tie goes to the first listed
+              net(tagged, 0, 0.50, 0.50, "static-2"), point(actor, 0, 4e-9, 0.9, 2e6)]
+    chosen = reproduce.best_static_lr(points)
+    statics = {(p.run["arch"], p.seed): p for p in chosen if p.series.agent == "static"}
+    assert {key: p.accuracy for key, p in statics.items()} == {("static-1", 0): 0.60, ("static-1", 1): 0.85,
+                                                               ("static-2", 0): 0.50}
+    assert all(p.series == static for p in statics.values())  # the claims read them as one series
+    assert sum(p.series == actor for p in chosen) == 1
+
+
+def test_several_static_learning_rates_plan_one_folder_each(tmp_path, capsys):
+    assert reproduce.main(["--dry-run", "--figure", "hybrid", "--seeds", "0", "--static", "1", "--static-lr", "0.1",
+                           "0.02", "--logdir", str(tmp_path)]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert {"hybrid-w1/static-static-1-k4e-09-s0", "hybrid-w1-lr0.02/static-static-1-k4e-09-s0"} <= set(listed)
+
+
 def test_figures_share_their_runs_and_a_dry_run_trains_nothing(tmp_path, capsys):
     assert reproduce.main(["--dry-run", "--figure", "all", "--seeds", "0", "--logdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -62,7 +88,7 @@ def test_bad_flags_are_one_line_with_status_2(tmp_path, capsys):
     assert reproduce.main(["--dry-run", "--figure", "hybrid", "--set", "no_such_field=1", "--logdir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert reproduce.main(["--dry-run", "--static-lr", "fast", "--logdir", str(tmp_path)]) == 2
-    assert "--static-lr must be a number or auto" in capsys.readouterr().err
+    assert "--static-lr must be numbers or auto, got 'fast'" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -84,3 +110,13 @@ def test_one_smoke_figure_goes_from_sweep_to_report(tmp_path, monkeypatch, capsy
     assert len(images) == 5 and all((report.parent / image).is_file() for image in images)
     assert reproduce.main(args) == 0  # run again: every run is complete and skipped
     assert capsys.readouterr().out.count("complete, skipped") == 4
+    assert ("--figure regularization --preset smoke --seeds 0 --k-cpts 4e-09 --static 1 2 --static-lr 0.1 "
+            "--set validation_fraction=0.4") in text  # the command that reproduces the numbers
+
+    trained = sorted(p.name for p in (tmp_path / "runs").rglob("*") if p.is_dir())
+    seed = args.index("--seeds") + 1
+    assert reproduce.main([*args[:seed], "0", "1", *args[seed + 1:], "--report-only"]) == 0
+    assert sorted(p.name for p in (tmp_path / "runs").rglob("*") if p.is_dir()) == trained  # nothing trained
+    text = report.read_text()
+    assert "Runs not finished (4):" in text and "actor-chain-k4e-09-s1" in text
+    assert text.count("one seed; a verdict needs two or more") == 1  # the k_dec claim; the other is not measured

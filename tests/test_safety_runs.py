@@ -317,6 +317,15 @@ def test_static_lr_selection_is_on_validation_deterministic_and_resumable(tiny_d
     assert sum("complete, skipped" in line for line in log) == 3
 
 
+def test_static_lr_trials_keep_their_own_length_when_the_runs_set_theirs(tiny_data, tmp_path):
+    # the real runs' evaluation schedule reaches the trials among the overrides
+    machine = dict(data_dir=str(tiny_data), download=False, validation_fraction=0.4, logdir=str(tmp_path))
+    select_static_lr((0.1,), iterations=3, columns=1, preset="smoke", log=lambda line: None,
+                     eval_every=2, **machine)
+    history = json.loads((tmp_path / "lrsel-static-1-lr0.1" / "metrics.json").read_text())["history"]
+    assert [entry["iteration"] for entry in history] == [3]
+
+
 def test_the_sweep_script_shares_the_one_k_cpt_check(tmp_path):
     result = subprocess.run([sys.executable, str(REPO / "experiments" / "sweep.py"), "--k-cpts", "lots", "--logdir",
                              str(tmp_path)], capture_output=True, text=True, timeout=120)

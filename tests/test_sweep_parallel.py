@@ -112,14 +112,15 @@ def test_worker_processes_give_the_results_of_one_process(tiny_data, cache, tmp_
 
 SWEEP_SCRIPT = """
 import sys
-from routing_rl.app.sweep import run_sweep, sweep_configs
+from routing_rl.app.sweep import exit_status, run_sweep, sweep_configs
 
 def configs(data_dir, logdir, k_cpts=(0.0, 4e-9)):
     return sweep_configs(["actor"], k_cpts, static_columns=[1], preset="smoke", iterations=30, eval_every=10,
                          checkpoint_every=3, data_dir=data_dir, download=False, validation_fraction=0.4, logdir=logdir)
 
 if __name__ == "__main__":
-    run_sweep(configs(sys.argv[1], sys.argv[2]), lambda line: print(line, flush=True), workers=2)
+    log = lambda line: print(line, flush=True)
+    sys.exit(exit_status("sweep", lambda: run_sweep(configs(sys.argv[1], sys.argv[2]), log, workers=2) and 0))
 """
 
 
@@ -128,6 +129,13 @@ def long_configs(data_dir, logdir, **fields):
     namespace = {"__name__": "sweep_script"}
     exec(SWEEP_SCRIPT, namespace)
     return namespace["configs"](str(data_dir), str(logdir), **fields)
+
+
+def sweep_command(tiny_data, tmp_path) -> tuple[list[str], dict]:
+    """SWEEP_SCRIPT as a command (its logdir to be appended) and its environment."""
+    script = tmp_path / "sweep_script.py"
+    script.write_text(SWEEP_SCRIPT)
+    return [sys.executable, str(script), str(tiny_data)], {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def wait_for(condition, timeout: float, what: str):
@@ -141,6 +149,15 @@ def wait_for(condition, timeout: float, what: str):
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def alive(group: int) -> bool:
+    """Whether a process of process group ``group`` is still running."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def mid_run(logdir: Path) -> list[Path]:
     """The run folders holding a checkpoint but no metrics.json: runs stopped (or stopping) mid-way."""
     return [run_dir for run_dir in sorted(logdir.glob("*"))
@@ -152,10 +169,7 @@ def test_a_killed_sweep_run_again_finishes_with_the_uninterrupted_results(tiny_d
     """kill -9 of the sweep and its workers once a run has saved a checkpoint and before it
     is done; the same sweep again resumes that run (taking over the lock its dead worker
     left) and every run ends where an uninterrupted sweep's does."""
-    script = tmp_path / "sweep_script.py"
-    script.write_text(SWEEP_SCRIPT)
-    command = [sys.executable, str(script), str(tiny_data)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command, env = sweep_command(tiny_data, tmp_path)
     killed = tmp_path / "killed"
     process = subprocess.Popen([*command, str(killed)], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
@@ -174,6 +188,36 @@ def test_a_killed_sweep_run_again_finishes_with_the_uninterrupted_results(tiny_d
         assert f"{run_dir / 'run.lock'} was left by process" in again.stderr
     uninterrupted = run_sweep(long_configs(tiny_data, tmp_path / "uninterrupted"), lambda line: None)
     assert results(killed / d.name for d in uninterrupted) == results(uninterrupted)
+
+
+@pytest.mark.slow
+def test_a_sigterm_to_the_sweep_alone_stops_its_workers_with_checkpoints_and_the_rerun_finishes(tiny_data, cache,
+                                                                                                   tmp_path):
+    """``kill PID`` of the sweep (a scheduler's SIGTERM), not of its workers: the sweep passes
+    the signal on, every worker checkpoints and releases its lock, nothing is left running,
+    the sweep exits 143, and the same sweep again ends where an uninterrupted one does."""
+    command, env = sweep_command(tiny_data, tmp_path)
+    stopped = tmp_path / "stopped"
+    process = subprocess.Popen([*command, str(stopped)], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: mid_run(stopped) or process.poll() is not None, 300, "a run's first checkpoint")
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 143, stderr
+    assert "run the same command again" in stderr
+    wait_for(lambda: not alive(process.pid), 30, "the sweep's workers to end")  # none outlives the sweep
+    runs = sorted(stopped.glob("*"))
+    assert mid_run(stopped), "the sweep ended before the signal reached a run"
+    assert not any((d / "run.lock").exists() for d in runs)  # released on the way out, not left for a takeover
+    again = subprocess.run([*command, str(stopped)], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "was left by process" not in again.stderr
+    uninterrupted = run_sweep(long_configs(tiny_data, tmp_path / "uninterrupted"), lambda line: None)
+    assert results(stopped / d.name for d in uninterrupted) == results(uninterrupted)
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ runs it needs are missing. A claim of several parts holds when every part holds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -73,6 +74,8 @@ class Series:
     settings: dict = field(default_factory=dict)
     k_cpt_scale: float = 1.0
     dynamic: bool = False
+    tag: str = ""
+    """Appended to the folder: static nets trained at another learning rate (``-lr0.02``)."""
 
     @property
     def base(self) -> str:
@@ -88,7 +91,7 @@ class Series:
         for key, value in sorted(self.settings.items()):
             if key not in ("dataset", "width", "arch") and value != getattr(defaults, key):
                 name += f"-{key.replace('_', '')}{value if not isinstance(value, bool) else ('on' if value else 'off')}"
-        return name
+        return name + self.tag
 
 
 @dataclass(frozen=True)
@@ -212,7 +215,28 @@ def read_results(planned: Sequence[tuple[Series, TrainConfig]], k_cpts: Sequence
             else:
                 k_cpt = nominal_k_cpt(series, config.k_cpt, k_cpts)
             points.append(Point(series, config.seed, k_cpt, evaluation["accuracy"], evaluation["mean_macs"], run, evaluation))
-    return Results(points, missing)
+    return Results(best_static_lr(points), missing)
+
+
+def validation_accuracy(run: dict) -> float:
+    return run["history"][-1]["evaluations"][0]["accuracy"]
+
+
+def best_static_lr(points: list[Point]) -> list[Point]:
+    """Of a static net trained at several learning rates (``--static-lr A B``), the one with
+    the best final validation accuracy per seed (a tie: the first listed), as a point of the
+    untagged series; every other point as it is."""
+    best: dict[tuple, Point] = {}
+    others = []
+    for point in points:
+        if point.series.agent != "static":
+            others.append(point)
+            continue
+        untagged = dataclasses.replace(point.series, tag="")
+        key = (untagged.folder, point.run["arch"], point.seed)
+        if key not in best or validation_accuracy(point.run) > validation_accuracy(best[key].run):
+            best[key] = dataclasses.replace(point, series=untagged)
+    return others + list(best.values())
 
 
 def nominal_k_cpt(series: Series, k_cpt: float, k_cpts: Sequence[float]) -> float:
@@ -428,7 +452,7 @@ def purity(points: Sequence[Point]) -> float | None:
 
 
 def plan_runs(chosen: Sequence[Figure], preset: str, seeds: Sequence[int], k_cpts: Sequence[float],
-              static_columns: Sequence[int], static_lrs: dict[str, float | None], logdir: Path,
+              static_columns: Sequence[int], static_lrs: dict[str, Sequence[float | None]], logdir: Path,
               machine: dict) -> dict[str, list[tuple[Series, TrainConfig]]]:
     """Every figure's (series, config) pairs; a run shared by figures has one config."""
     planned = {}
@@ -437,8 +461,12 @@ def plan_runs(chosen: Sequence[Figure], preset: str, seeds: Sequence[int], k_cpt
         for series in figure.series:
             fields = {**machine, **series.settings, "logdir": str(logdir / series.folder)}
             if series.agent == "static":
-                configs = sweep_configs([], [], seeds, static_columns, preset=preset,
-                                        static_lr=static_lrs.get(series.folder), **fields)
+                for i, lr in enumerate(static_lrs.get(series.folder) or [None]):
+                    tagged = dataclasses.replace(series, tag=f"-lr{lr:g}" if i else "")
+                    fields["logdir"] = str(logdir / tagged.folder)
+                    configs = sweep_configs([], [], seeds, static_columns, preset=preset, static_lr=lr, **fields)
+                    pairs += [(tagged, config) for config in configs]
+                continue
             else:
                 scaled = ["dynamic"] if series.dynamic else [k * series.k_cpt_scale for k in k_cpts]
                 configs = sweep_configs([series.agent], scaled, seeds, preset=preset, **fields)
@@ -529,6 +557,8 @@ def numbers_table(results: Results) -> list[str]:
         groups.setdefault((p.series.label, p.series.folder, p.run["arch"] if p.series.agent == "static" else p.k_cpt), []).append(p)
     for (label, folder, key), group in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1], str(g[0][2]))):
         point = key if isinstance(key, str) else f"k_cpt {key:g}"
+        if group[0].series.agent == "static":  # the learning rate each seed's net was chosen at
+            point += f" (lr {', '.join(format(p.run['config']['lr'], 'g') for p in group)})"
         margins = [m for m in (results.frontier_margin(p) for p in group) if m is not None]
         shown = "—" if group[0].series.agent == "static" else mean_std(margins)
         lines.append(f"| {label} | {folder} | {point} | {', '.join(str(p.seed) for p in group)} | "
@@ -599,8 +629,10 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
     parser.add_argument("--k-cpts", nargs="+", type=float, default=list(K_CPTS), help=f"k_cpt values (default: {K_CPTS})")
     parser.add_argument("--static", nargs="+", type=int, default=list(STATIC_COLUMNS), help="static nets by columns (default: 1..8)")
     parser.add_argument("--widths", nargs="+", type=int, default=[1, 2, 3], help="capacity figure widths (default: 1 2 3)")
-    parser.add_argument("--static-lr", default="auto",
-                        help="static nets' learning rate, or auto: chosen on validation per dataset and width (default)")
+    parser.add_argument("--static-lr", nargs="+", default=["auto"],
+                        help="static nets' learning rate; several: each net trains at each, and the one with the best "
+                             "validation accuracy is its point; auto: one chosen on validation per dataset and width "
+                             "(default)")
     parser.add_argument("--lr-iterations", type=int, default=400, help="iterations of each --static-lr auto trial (default: 400)")
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
                         help="other config fields of every run, values in JSON (e.g. eval_every=500 validation_fraction=0.2)")
@@ -610,6 +642,9 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
     parser.add_argument("--figures-dir", default="figures/paper", help="folder for the figures (default: figures/paper)")
     parser.add_argument("--report", default="docs/reproduction.md", help="the report to write (default: docs/reproduction.md)")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and the estimated budget; train nothing")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the report from the runs that have finished; train nothing (the others are listed as "
+                             "not finished, and claims short of seeds are not resolved)")
     add_backend_arguments(parser)
     args = parser.parse_args(argv)
     retain_freed_memory()
@@ -630,12 +665,32 @@ def fields(pairs: Sequence[str]) -> dict:
     return out
 
 
-def _reproduce(args, prog: str) -> int:
+def schedule_flags(args) -> list[str]:
+    """The flags that decide which runs a figure has and how they train (not where they train),
+    so that the report's commands reproduce its numbers."""
+    flags = ["--preset", args.preset, "--seeds", *map(str, args.seeds), "--k-cpts", *(f"{k:g}" for k in args.k_cpts),
+             "--static", *map(str, args.static)]
+    if args.iterations:
+        flags += ["--iterations", str(args.iterations)]
+    if args.widths != [1, 2, 3]:
+        flags += ["--widths", *map(str, args.widths)]
     if args.static_lr != "auto":
+        flags += ["--static-lr", *(f"{lr:g}" for lr in args.static_lr)]
+    elif args.lr_iterations != 400:
+        flags += ["--lr-iterations", str(args.lr_iterations)]
+    if args.set:
+        flags += ["--set", *args.set]
+    return flags
+
+
+def _reproduce(args, prog: str) -> int:
+    if args.static_lr == ["auto"]:
+        args.static_lr = "auto"
+    else:
         try:
-            args.static_lr = float(args.static_lr)
+            args.static_lr = list(dict.fromkeys(float(lr) for lr in args.static_lr))
         except ValueError:
-            raise RunError(f"--static-lr must be a number or auto, got {args.static_lr!r}") from None
+            raise RunError(f"--static-lr must be numbers or auto, got {' '.join(args.static_lr)!r}") from None
     if args.preset not in PRESET_VALUES:
         raise RunError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESET_VALUES)}")
     if 1 not in args.widths:
@@ -647,7 +702,7 @@ def _reproduce(args, prog: str) -> int:
     logdir = Path(args.logdir)
     machine = {"data_dir": args.data_dir, "device": args.device, "iterations": args.iterations, **fields(args.set)}
     statics = {s.folder: s for f in chosen for s in f.series if s.agent == "static"}
-    lr_of: dict[str, float | None] = {folder: (None if args.static_lr == "auto" else args.static_lr) for folder in statics}
+    lr_of = {folder: ([None] if args.static_lr == "auto" else args.static_lr) for folder in statics}
     planned = plan_runs(chosen, args.preset, args.seeds, sorted(args.k_cpts), args.static, lr_of, logdir, machine)
     configs = unique_configs(planned)
     run_backend = backend(args, configs)
@@ -665,27 +720,30 @@ def _reproduce(args, prog: str) -> int:
                   f"(static-8 at {', '.join(f'{lr:g}' for lr in LR_CANDIDATES)}) in {', '.join(statics)}")
         print("\n".join(budget_table(rows)))
         return 0
-    if args.static_lr == "auto":
+    if args.static_lr == "auto" and not args.report_only:  # a static run's folder name does not depend on its lr
         for folder, series in statics.items():
-            lr_of[folder] = select_static_lr(LR_CANDIDATES, args.lr_iterations, preset=args.preset, seed=args.seeds[0],
+            lr_of[folder] = [select_static_lr(LR_CANDIDATES, args.lr_iterations, preset=args.preset, seed=args.seeds[0],
                                              backend=run_backend, **{k: v for k, v in machine.items() if k != "iterations"},
                                              **series.settings,
-                                             logdir=str(logdir / folder))
+                                             logdir=str(logdir / folder))]
         planned = plan_runs(chosen, args.preset, args.seeds, sorted(args.k_cpts), args.static, lr_of, logdir, machine)
         configs = unique_configs(planned)
     failure = None
-    try:
-        run_sweep(configs, **run_backend)
-    except SweepError as error:  # report what finished, then say what did not
-        failure = error
+    if not args.report_only:
+        try:
+            run_sweep(configs, **run_backend)
+        except SweepError as error:  # report what finished, then say what did not
+            failure = error
     report = Path(args.report)
-    command = " ".join(["python experiments/reproduce_paper.py", "--figure", "{figure}", "--preset", args.preset,
-                        "--seeds", *map(str, args.seeds)] + ([f"--iterations {args.iterations}"] if args.iterations else []))
-    static_lr = "chosen on validation per dataset and width" if args.static_lr == "auto" else f"{args.static_lr:g}"
+    command = " ".join(["python experiments/reproduce_paper.py --figure {figure}", *schedule_flags(args)])
+    static_lr = ("chosen on validation per dataset and width" if args.static_lr == "auto" else
+                 f"{args.static_lr[0]:g}" if len(args.static_lr) == 1 else
+                 f"each net trained at {', '.join(f'{lr:g}' for lr in args.static_lr)}, the best on validation per net and seed")
     lines = ["# Reproducing the paper's experiments (Section 5)", "",
              f"Preset `{args.preset}`{f', {args.iterations} iterations' if args.iterations else ''}, seeds "
              f"{', '.join(map(str, args.seeds))}, k_cpt {', '.join(f'{k:g}' for k in sorted(args.k_cpts))}, static nets "
-             f"{', '.join(map(str, args.static))} (learning rate: {static_lr}). "
+             f"{', '.join(map(str, args.static))} (learning rate: {static_lr})"
+             + (f", other fields {', '.join(args.set)}" if args.set else "") + ". "
              "Written by `experiments/reproduce_paper.py` (`routing_rl/app/reproduce.py`, whose docstring defines the "
              "verdicts: the mean difference over seeds against twice its standard error).", ""]
     rows = {name: budget_row(unique_configs({name: planned[name]}) if name in planned else configs, row["workers"])

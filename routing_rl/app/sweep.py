@@ -23,6 +23,7 @@ from pathlib import Path
 from routing_rl.app.runs import METRICS_FILE, RunError, has_checkpoint, has_results, read_run, task_for
 from routing_rl.app.workers import default_workers, gpu_slots, in_this_process, local_workers, ray_tasks, uses_gpus
 from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, make_config
+from routing_rl.training.interrupt import Interrupted, handling_signals
 
 LR_CANDIDATES = (0.1, 0.05, 0.02, 0.01)
 """Learning rates :func:`select_static_lr` tries, in order of preference on a tie."""
@@ -178,7 +179,8 @@ def select_static_lr(
 ) -> float:
     """The static nets' learning rate, chosen on the validation split (never the test split).
 
-    ``static-{columns}`` is trained for ``iterations`` at each candidate, as runs named
+    ``static-{columns}`` is trained for ``iterations`` at each candidate and evaluated once at
+    the end (an ``eval_every`` among ``overrides`` is the real runs', not the trials'), as runs named
     ``lrsel-static-{columns}-lr{lr:g}`` that :func:`run_sweep` skips or resumes like any
     other (``backend``: :func:`run_sweep`'s ``workers``, ``ray``, ``runs_per_gpu``); the
     candidate with the best final validation accuracy wins, a tie going to the candidate
@@ -190,7 +192,7 @@ def select_static_lr(
     configs = []
     for lr in candidates:
         config = make_config(preset, task.all_archs(), task.static_archs(), agent="static", arch=f"static-{columns}", lr=lr, seed=seed,
-                             iterations=iterations, eval_every=iterations, **overrides)
+                             **{**overrides, "iterations": iterations, "eval_every": iterations})
         config.run_name = f"lrsel-static-{columns}-lr{lr:g}"
         configs.append(config)
     accuracies = []
@@ -231,16 +233,18 @@ def backend(args, configs: Sequence[TrainConfig]) -> dict:
 
 def exit_status(prog: str, body) -> int:
     """``body()``'s exit status, with a sweep's failures as one line each: 1 when runs failed
-    (the others finished), 2 for bad input, 130 when interrupted (checkpoints are saved)."""
+    (the others finished), 2 for bad input, 130 or 143 when stopped by Ctrl-C or SIGTERM (the
+    runs in flight save their checkpoints first: :func:`~routing_rl.app.workers.local_workers`)."""
     try:
-        return body()
+        with handling_signals():
+            return body()
     except SweepError as error:
         print(f"{prog}: {error}", file=sys.stderr)
         return 1
     except ValueError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print(f"{prog}: interrupted; the runs saved their checkpoints: run the same command again to finish",
               file=sys.stderr)
-        return 130
+        return stop.exit_code if isinstance(stop, Interrupted) else 130

@@ -26,6 +26,7 @@ import concurrent.futures as futures
 import dataclasses
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -34,6 +35,7 @@ import torch
 
 from routing_rl.app.runs import METRICS_FILE, RunError, has_checkpoint, train
 from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig
+from routing_rl.training.interrupt import handling_signals
 
 RAY_RETRIES = 3
 """How many times Ray starts a run again after its worker process died (killed by a signal,
@@ -67,16 +69,28 @@ def train_run(config: TrainConfig, threads: int | None = 1, gpu: str | None = No
         torch.set_num_threads(threads)
     run_dir = Path(config.logdir) / config.run_name
     try:
-        if (run_dir / METRICS_FILE).is_file() or has_checkpoint(run_dir, config):
-            machine = {name: getattr(config, name) for name in RESUME_OVERRIDES}
-            metrics = train(resume=run_dir, overrides=machine)
-        else:
-            metrics = train(config, overwrite=True)
+        with handling_signals():  # a stop before the training loop starts unwinds too, releasing the run's lock
+            if (run_dir / METRICS_FILE).is_file() or has_checkpoint(run_dir, config):
+                machine = {name: getattr(config, name) for name in RESUME_OVERRIDES}
+                metrics = train(resume=run_dir, overrides=machine)
+            else:
+                metrics = train(config, overwrite=True)
     except RunError as error:
         return {"error": one_line(str(error))}
     except Exception as error:  # a bug or a broken machine: report it, let the other runs finish
         return {"error": one_line(f"{type(error).__name__}: {error}")}
     return {key: metrics[key] for key in ("test_accuracy", "test_mean_macs", "train_seconds")}
+
+
+def train_in_worker(config: TrainConfig, threads: int | None = 1, gpu: str | None = None,
+                    environ: dict | None = None) -> Outcome:
+    """:func:`train_run` in a worker process of :func:`local_workers`. Stopped by a signal,
+    the worker ends itself once the run has saved its checkpoint and released its lock: the
+    pool's own clean-up would wait on a worker that ignores its SIGTERM while it checkpoints."""
+    try:
+        return train_run(config, threads, gpu, environ)
+    except KeyboardInterrupt as stop:
+        os._exit(getattr(stop, "exit_code", 130))
 
 
 def one_line(text: str) -> str:
@@ -117,7 +131,7 @@ def default_workers(configs: Sequence[TrainConfig], runs_per_gpu: int = 1) -> in
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def local_workers(tasks: Sequence[Task], slots: Sequence[str | None], train: Callable = train_run,
+def local_workers(tasks: Sequence[Task], slots: Sequence[str | None], train: Callable = train_in_worker,
                   executor: futures.Executor | None = None, started: Callable[[int], None] = lambda index: None,
                   ) -> Iterator[tuple[int, Outcome]]:
     """The runs on ``len(slots)`` worker processes, one intra-op thread each; a run is handed
@@ -153,7 +167,14 @@ def local_workers(tasks: Sequence[Task], slots: Sequence[str | None], train: Cal
                         executor.shutdown(wait=True, cancel_futures=True)
                         executor = process_pool(len(slots))
                 yield index, outcome
-    except BaseException:  # Ctrl-C: the workers got it too and save their checkpoints; wait for them
+    except BaseException as stop:
+        # Ctrl-C reaches the workers through the terminal's process group, but a signal sent to
+        # this process alone (kill PID, a scheduler's SIGTERM) does not: pass it on, so that they
+        # save their checkpoints and stop too (a second signal is ignored by a stopping run)
+        if own and isinstance(stop, KeyboardInterrupt):
+            for process in list((getattr(executor, "_processes", None) or {}).values()):
+                if process.is_alive():
+                    os.kill(process.pid, getattr(stop, "signum", signal.SIGINT))
         executor.shutdown(wait=True, cancel_futures=True)
         raise
     if own:
