@@ -66,6 +66,28 @@ def test_a_static_net_at_several_learning_rates_is_the_one_best_on_validation_pe
     assert sum(p.series == actor for p in chosen) == 1
 
 
+def test_deep_static_nets_overfit_only_if_they_fit_the_training_batches_as_well(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    def run(name, seed, test, train):
+        run_dir = tmp_path / f"{name}-s{seed}"
+        with SummaryWriter(str(run_dir)) as writer:
+            for step in range(1, 11):  # only the last tenth counts
+                writer.add_scalar("charts/train_accuracy", 0.0 if step < 10 else train, step)
+        return Point(Series("static nets", "static"), seed, None, test, 1e6, {"arch": name, "history": []}, {}, run_dir)
+    assert reproduce.train_accuracy(tmp_path / "missing") is None
+    overfit = reproduce.figures()["hybrid"].claims[1].measure
+    deep_fits = Results([run("static-3", s, 0.90, 0.90) for s in (0, 1)] + [run("static-8", s, 0.80 + s / 100, 0.99)
+                                                                           for s in (0, 1)], [])
+    assert reproduce.train_accuracy(tmp_path / "static-8-s0") == pytest.approx(0.99)
+    outcome, reason, numbers = overfit(deep_fits)
+    assert outcome == HOLDS, reason
+    deep_underfits = Results([run("static-3", s, 0.90, 0.90) for s in (0, 1)] + [run("static-8", s, 0.80 + s / 100, 0.50)
+                                                                                for s in (0, 1)], [])
+    outcome, reason, numbers = overfit(deep_underfits)
+    assert outcome == FAILS and "fitting the training batches at least as well: does not hold" in reason
+
+
 def test_several_static_learning_rates_plan_one_folder_each(tmp_path, capsys):
     assert reproduce.main(["--dry-run", "--figure", "hybrid", "--seeds", "0", "--static", "1", "--static-lr", "0.1",
                            "0.02", "--logdir", str(tmp_path)]) == 0

@@ -157,7 +157,8 @@ def combine(parts: Sequence[tuple[str, str, str]]) -> tuple[str, str]:
 @dataclass
 class Point:
     """One test evaluation of a finished run: series, seed, nominal k_cpt (None for static
-    nets), accuracy (0..1), mean MACs; ``run``: its metrics, ``evaluation``: this point's."""
+    nets), accuracy (0..1), mean MACs; ``run``: its metrics, ``evaluation``: this point's,
+    ``run_dir``: its folder."""
 
     series: Series
     seed: int
@@ -166,6 +167,7 @@ class Point:
     mean_macs: float
     run: dict
     evaluation: dict
+    run_dir: Path | None = None
 
 
 class Results:
@@ -214,8 +216,25 @@ def read_results(planned: Sequence[tuple[Series, TrainConfig]], k_cpts: Sequence
                 k_cpt = evaluation.get("k_cpt")
             else:
                 k_cpt = nominal_k_cpt(series, config.k_cpt, k_cpts)
-            points.append(Point(series, config.seed, k_cpt, evaluation["accuracy"], evaluation["mean_macs"], run, evaluation))
+            points.append(Point(series, config.seed, k_cpt, evaluation["accuracy"], evaluation["mean_macs"], run, evaluation,
+                                path.parent))
     return Results(best_static_lr(points), missing)
+
+
+def train_accuracy(run_dir: Path | None, tail: float = 0.1) -> float | None:
+    """The run's training-batch accuracy (0..1) averaged over the last ``tail`` of its logged
+    steps (``charts/train_accuracy`` in its TensorBoard events; a step logged again after a
+    resume counts once, as last written); None where it was not logged."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    by_step = {}
+    for events in sorted(run_dir.glob("events.out.tfevents.*")) if run_dir else ():
+        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        if "charts/train_accuracy" in accumulator.Tags()["scalars"]:
+            by_step.update((e.step, e.value) for e in accumulator.Scalars("charts/train_accuracy"))
+    values = [by_step[step] for step in sorted(by_step)]
+    return statistics.fmean(values[-max(1, round(tail * len(values))):]) if values else None
 
 
 def validation_accuracy(run: dict) -> float:
@@ -279,13 +298,22 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
         return (*combine(parts), {s.label: per_seed(results, lambda seed, s=s: results.mean_margin(s, seed)) for s in learners})
 
     def deep_static_overfit(results):
-        def gap(seed):
-            acc = {p.run["arch"]: 100 * p.accuracy for p in results.of(hybrid_static, seed)}
-            shallow = [acc[f"static-{n}"] for n in range(1, 7) if f"static-{n}" in acc]
-            deep = [acc[f"static-{n}"] for n in (7, 8) if f"static-{n}" in acc]
-            return max(shallow) - max(deep) if shallow and deep else None
-        d = per_seed(results, gap)
-        return (*verdict(d), {"best of static-1..6 minus best of static-7, -8": d})
+        def best(seed, columns):
+            nets = [p for p in results.of(hybrid_static, seed) if int(p.run["arch"].split("-")[1]) in columns]
+            return max(nets, key=lambda p: p.accuracy, default=None)
+
+        def gaps(seed):
+            shallow, deep = best(seed, range(1, 7)), best(seed, (7, 8))
+            if shallow is None or deep is None:
+                return None, None
+            fits = [train_accuracy(p.run_dir) for p in (deep, shallow)]
+            return 100 * (shallow.accuracy - deep.accuracy), None if None in fits else 100 * (fits[0] - fits[1])
+        test = per_seed(results, lambda seed: gaps(seed)[0])
+        train = per_seed(results, lambda seed: gaps(seed)[1])
+        parts = [("less accurate on test than the best of static-1..6", *verdict(test)),
+                 ("while fitting the training batches at least as well", *verdict(train, "not below"))]
+        return (*combine(parts), {"test accuracy, best of static-1..6 − best of static-7, -8": test,
+                                  "training-batch accuracy (last tenth of training), the deep net − the shallow one": train})
 
     def learner_order(results):
         gaps = {"actor − pragmatic critic": paired(results, results.mean_margin, actor, pragmatic),
@@ -402,7 +430,9 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
             Claim("For a given computational budget, dynamically routed networks (actor, pragmatic critic, optimistic "
                   "critic) achieve higher accuracy than architecture-matched statically routed baselines.",
                   lambda r: margins_above(r, (actor, pragmatic, optimistic))),
-            Claim("7- and 8-column static networks overfit.", deep_static_overfit),
+            Claim("7- and 8-column static networks overfit (here: the best of them is less accurate on test than the "
+                  "best shallower static net while fitting its training batches at least as well; less accurate on "
+                  "both is under-fitting).", deep_static_overfit),
             Claim("Optimistic critics perform worst and actors best among the dynamic networks.", learner_order),
             Claim("A single dynamic-k_cpt actor performs comparably (here: within 1 accuracy point) to the actors "
                   "trained at fixed k_cpt over the central part of the curve.", dynamic_matches_fixed))),
