@@ -10,7 +10,9 @@ is computed exactly, without sampling; ``cost(leaf)`` is the path's MACs, or its
 in MAC-equivalents (:class:`~routing_rl.core.k_cpt.CostModel`). Gradients reach the heads and columns through
 ``c_err`` and the routers through ``P``. Regularisation (Section 4.4) adds
 
-* c_mod = k_L2 · Σ_nodes p̄_node Σ w² (see :mod:`routing_rl.training.sgd`), and
+* c_mod = k_L2 · Σ_nodes p̄_node Σ w² (see :mod:`routing_rl.training.sgd`), with p̄ a constant
+  as in the paper's experiments; ``c_mod_routing`` lets its gradient reach the routers through
+  p̄ (the paper's "regularizing d̂", which it found to discourage deep paths), and
 * c_dec = k_dec · mean_batch Σ_j p_j · ‖s_j‖², ``p_j`` the stop-gradient probability of
   reaching junction j: the paper's ``E[k_dec Σ_{j ∈ J(d̂)} ‖s_j‖²]``, which keeps the
   scores small and so keeps the actor exploring.
@@ -62,7 +64,7 @@ class ActorLearner(SGDLearner):
         return {
             "c_err": c_err,
             "c_cpt": c_cpt,
-            "c_mod": self.c_mod(usage),
+            "c_mod": self.sgd.c_mod_of_usage(self.batch_mean(reach)) if self.config.c_mod_routing else self.c_mod(usage),
             "c_dec": c_dec,
             "reach": reach,
             "usage": usage,

@@ -110,6 +110,40 @@ def test_the_step_adds_the_gradient_of_c_mod_for_the_usage_it_is_given():
     assert any(not torch.allclose(after["left out"][n], v) for n, v in after["back-propagated"].items())
 
 
+def test_c_mod_routing_differentiates_c_mod_through_the_path_probabilities():
+    """The paper's "regularizing d̂": the same c_mod value, whose gradient now also reaches
+    the routers as that of k_L2 · Σ_nodes mean-reach(node) · Σ w² (weights held constant)."""
+    from routing_rl.training.sgd import node_weights
+
+    def router_gradients(c_mod_routing):
+        torch.manual_seed(0)
+        net = random_routers(vector_tree().double())
+        learner = ActorLearner(net, make_config("smoke", agent="actor", k_l2=0.05, c_mod_routing=c_mod_routing), CPU)
+        terms = learner.losses(synthetic(), 0)
+        net.zero_grad()
+        (terms["c_err"] + terms["c_cpt"] + terms["c_dec"] + terms["c_mod"]).backward(retain_graph=True)
+        return net, terms, {name: [p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+                                   for p in net.nodes[name].router.parameters()] for name in net.junctions}
+
+    _, plain, without = router_gradients(False)
+    net, regularised, with_ = router_gradients(True)
+    torch.testing.assert_close(regularised["c_mod"].detach(), plain["c_mod"])
+    usage = regularised["reach"].mean(0)
+    squares = torch.stack([sum(w.detach().square().sum() for w in node_weights(net.nodes[name])) for name in net.order])
+    expected = torch.autograd.grad(0.05 * (usage * squares).sum(), [p for name in net.junctions
+                                                                     for p in net.nodes[name].router.parameters()],
+                                   allow_unused=True)
+    added = [w - wo for name in net.junctions for w, wo in zip(with_[name], without[name])]
+    for got, want in zip(added, expected):
+        torch.testing.assert_close(got, torch.zeros_like(got) if want is None else want)
+    assert any(g.abs().sum() > 0 for g in added)
+
+
+def test_c_mod_routing_is_the_actors_option():
+    with pytest.raises(ValueError, match="c-mod-routing lets the actor's routers see c_mod's gradient"):
+        make_config("smoke", agent="pragmatic-critic", c_mod_routing=True)
+
+
 def test_gradients_reach_the_routers_through_the_probabilities():
     net = vector_tree().double()
     learner = ActorLearner(net, make_config("smoke", agent="actor", k_dec=0.0, k_l2=0.0), CPU)

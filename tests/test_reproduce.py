@@ -102,7 +102,8 @@ def test_figures_share_their_runs_and_a_dry_run_trains_nothing(tmp_path, capsys)
     # hybrid: 8 static nets, 3 learners at 4 k_cpt, one dynamic-k_cpt actor
     assert sum(1 for line in out.split("regularization:")[0].splitlines() if line.startswith("  ")) == 8 + 12 + 1
     assert "hybrid-w1-talroff/actor-chain-k0-s0" in listed and "cifar10-w3/actor-chain-k7.11111e-09-s0" in listed
-    assert "| all (shared runs once) | 97 | 0 |" in out  # hybrid 21 + k_dec 4 + TALR 8 + tree 4 + CIFAR 3x12 + widths 2x12
+    assert "hybrid-w1-cmodroutingon/actor-chain-k0-s0" in listed
+    assert "| all (shared runs once) | 101 | 0 |" in out  # hybrid 21 + k_dec 4 + d̂ 4 + TALR 8 + tree 4 + CIFAR 3x12 + widths 2x12
     assert not any(tmp_path.iterdir())
 
 
@@ -126,12 +127,12 @@ def test_one_smoke_figure_goes_from_sweep_to_report(tmp_path, monkeypatch, capsy
     assert reproduce.main(args) == 0
     text = report.read_text()
     assert "## Regularization" in text and text.count("- verdict: **") == 2
-    assert "| regularization | 4 | 4 |" in text
+    assert "| regularization | 5 | 5 |" in text
     assert "| actor, k_dec 0 | hybrid-w1-kdec0.0 | k_cpt 4e-09 | 0 |" in text
     images = [line.split("(")[1].rstrip(")") for line in text.splitlines() if line.startswith("![")]
-    assert len(images) == 5 and all((report.parent / image).is_file() for image in images)
+    assert len(images) == 7 and all((report.parent / image).is_file() for image in images)
     assert reproduce.main(args) == 0  # run again: every run is complete and skipped
-    assert capsys.readouterr().out.count("complete, skipped") == 4
+    assert capsys.readouterr().out.count("complete, skipped") == 5
     assert ("--figure regularization --preset smoke --seeds 0 --k-cpts 4e-09 --static 1 2 --static-lr 0.1 "
             "--set validation_fraction=0.4") in text  # the command that reproduces the numbers
 
@@ -140,5 +141,5 @@ def test_one_smoke_figure_goes_from_sweep_to_report(tmp_path, monkeypatch, capsy
     assert reproduce.main([*args[:seed], "0", "1", *args[seed + 1:], "--report-only"]) == 0
     assert sorted(p.name for p in (tmp_path / "runs").rglob("*") if p.is_dir()) == trained  # nothing trained
     text = report.read_text()
-    assert "Runs not finished (4):" in text and "actor-chain-k4e-09-s1" in text
-    assert text.count("one seed; a verdict needs two or more") == 1  # the k_dec claim; the other is not measured
+    assert "Runs not finished (5):" in text and "actor-chain-k4e-09-s1" in text
+    assert text.count("one seed; a verdict needs two or more") == 3  # k_dec's claim, and both parts of d̂'s

@@ -57,6 +57,8 @@ HELP = {
     "score_start": "critics: where the router scores start: zero (the paper's zero-initialised last layer: every "
                    "unobserved sink looks free) or guess (minus a uniform guess's error cost, ln(classes) nats)",
     "k_l2": "L2 weight of the activated layers' weights",
+    "c_mod_routing": "actor: c_mod's gradient also reaches the routers through the path probabilities (the paper's "
+                     "'regularizing d-hat', Section 5: it discourages deep paths); default: d-hat is a constant in c_mod",
     "talr": "throughput-adjusted learning rates (Section 4.5)",
     "channels_last": "convolutions in channels-last memory format: faster steps on CPUs, same results up to rounding",
     "compile": "torch.compile the full-tree step (compiles for minutes at the first step)",

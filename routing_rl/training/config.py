@@ -185,6 +185,7 @@ class TrainConfig:
     router_lr_scale: float = 1.0  # the routers step at lr × this
     score_start: str = "zero"  # critics: the paper's zero scores, or "guess": minus a uniform guess's error cost
     k_l2: float = 1e-4
+    c_mod_routing: bool = False  # actor: c_mod's gradient also reaches the routers (the paper's "regularizing d̂")
     talr: bool = True
     channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
     compile: bool = False  # torch.compile of the full evaluation
@@ -304,6 +305,9 @@ class TrainConfig:
             raise ValueError(f"unknown score_start {self.score_start!r}; choose one of {', '.join(SCORE_STARTS)}")
         if self.execution not in EXECUTIONS:
             raise ValueError(f"unknown execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
+        if self.c_mod_routing and self.agent != "actor":
+            raise ValueError("--c-mod-routing lets the actor's routers see c_mod's gradient; critics learn routing "
+                             f"through cost prediction with d̂ constant (paper Section 4.2), not {self.agent!r}: drop it")
         if self.agent == "actor" and self.execution != "full":
             raise ValueError("the actor needs the full tree (exact expectations); drop --execution=sampled")
         if self.sb3_kwargs:

@@ -101,12 +101,18 @@ class RoutedSGD:
         meaning every node is always used. A value to log, without a graph: :meth:`step`
         adds its gradient for the same ``usage``."""
         with torch.no_grad():
-            if not self.weights:
-                return torch.zeros((), dtype=self.dtype, device=self.device)
+            return self.c_mod_of_usage(None if usage is None else usage.detach())
+
+    def c_mod_of_usage(self, usage: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`c_mod`, differentiable in ``usage`` ``(N,)`` only (the weights' part of its
+        gradient is :meth:`step`'s): through ``usage``, c_mod reaches the routers."""
+        if not self.weights:
+            return torch.zeros((), dtype=self.dtype, device=self.device)
+        with torch.no_grad():
             squares = torch.stack(torch._foreach_norm(self.weights)).square()
-            if usage is not None:
-                squares = squares * usage.detach().to(squares.dtype)[self.weight_node]
-            return self.options.k_l2 * squares.sum()
+        if usage is not None:
+            squares = squares * usage.to(squares.dtype)[self.weight_node]
+        return self.options.k_l2 * squares.sum()
 
     def step(self, loss: torch.Tensor, step: int, reach: torch.Tensor | None = None,
              usage: torch.Tensor | None = None) -> float:
