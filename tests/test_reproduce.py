@@ -127,6 +127,7 @@ def test_one_smoke_figure_goes_from_sweep_to_report(tmp_path, monkeypatch, capsy
     assert reproduce.main(args) == 0
     text = report.read_text()
     assert "## Regularization" in text and text.count("- verdict: **") == 2
+    assert text.count("| regularization | ") == 2 + 1  # the verdicts table's rows, and the budget's
     assert "| regularization | 5 | 5 |" in text
     assert "| actor, k_dec 0 | hybrid-w1-kdec0.0 | k_cpt 4e-09 | 0 |" in text
     images = [line.split("(")[1].rstrip(")") for line in text.splitlines() if line.startswith("![")]

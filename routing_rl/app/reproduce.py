@@ -30,6 +30,7 @@ import functools
 import json
 import math
 import os
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -635,7 +636,8 @@ def draw(figure: Figure, results: Results, planned: list[tuple[Series, TrainConf
 
 
 def figure_section(figure: Figure, results: Results, written: Sequence[Path], report: Path, commands: str,
-                   budget: dict) -> list[str]:
+                   budget: dict, verdicts: list[str]) -> list[str]:
+    """The figure's part of the report; appends a row per claim to ``verdicts`` (the summary table)."""
     def link(path: Path) -> str:
         return os.path.relpath(path, report.parent)
 
@@ -650,6 +652,7 @@ def figure_section(figure: Figure, results: Results, written: Sequence[Path], re
     for i, claim in enumerate(figure.claims, 1):
         outcome, reason, numbers = claim.measure(results)
         lines += [f"**Claim {i}.** {claim.statement}", "", f"- verdict: **{outcome}** — {reason}"]
+        verdicts.append(f"| {figure.name} | {re.sub(r' [(]here:[^)]*[)]', '', claim.statement)} | **{outcome}** |")
         for name, values in numbers.items():
             lines.append(f"- {name}: {mean_std(values)} (per seed: {', '.join(f'{v:+.2f}' for v in values) or 'none'})")
         lines.append("")
@@ -791,13 +794,15 @@ def _reproduce(args, prog: str) -> int:
              "verdicts: the mean difference over seeds against twice its standard error).", ""]
     rows = {name: budget_row(unique_configs({name: planned[name]}) if name in planned else configs, row["workers"])
             for name, row in rows.items()}  # measured now that the runs have trained
-    lines += ["## Compute budget", "", *budget_table(rows), "",
-              "Estimates scale the README's step timings by each net's MACs of full evaluation (CPU) or by its column "
-              "instances (GPU); the wall hours on N workers assume a perfect split.", ""]
+    sections, verdicts = [], ["| figure | claim | verdict |", "|---|---|---|"]
     for figure in chosen:
         results = read_results(planned[figure.name], sorted(args.k_cpts))
         written = draw(figure, results, planned[figure.name], Path(args.figures_dir) / figure.name) if results.points else []
-        lines += figure_section(figure, results, written, report, command.format(figure=figure.name), rows[figure.name])
+        sections += figure_section(figure, results, written, report, command.format(figure=figure.name),
+                                   rows[figure.name], verdicts)
+    lines += ["## Verdicts", "", *verdicts, "", "## Compute budget", "", *budget_table(rows), "",
+              "Estimates scale the README's step timings by each net's MACs of full evaluation (CPU) or by its column "
+              "instances (GPU); the wall hours on N workers assume a perfect split.", "", *sections]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
     print(f"wrote {report}")
