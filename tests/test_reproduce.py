@@ -88,6 +88,14 @@ def test_deep_static_nets_overfit_only_if_they_fit_the_training_batches_as_well(
     assert outcome == FAILS and "fitting the training batches at least as well: does not hold" in reason
 
 
+def test_cifar2_claim_fails_when_no_actor_point_reaches_the_best_static_accuracy():
+    static, actor = Series("static nets", "static", {"dataset": "cifar2"}), Series("actor, cifar2", "actor", {"dataset": "cifar2"})
+    points = [p for seed in (0, 1) for p in (point(static, seed, None, 0.93, 5e6, "static-2"),
+                                             point(actor, seed, 4e-9, 0.92 + seed / 1000, 1e6))]
+    outcome, reason, _ = reproduce.figures()["difficulty"].claims[0].measure(Results(points, []))
+    assert outcome == FAILS and "no actor point reaches the best static net's accuracy" in reason
+
+
 def test_several_static_learning_rates_plan_one_folder_each(tmp_path, capsys):
     assert reproduce.main(["--dry-run", "--figure", "hybrid", "--seeds", "0", "--static", "1", "--static-lr", "0.1",
                            "0.02", "--logdir", str(tmp_path)]) == 0

@@ -410,8 +410,9 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
             reaching = [p.mean_macs for p in a if p.accuracy >= best.accuracy]
             return 100 * min(reaching) / best.mean_macs if reaching else None
         peaks, shares = per_seed(results, peak), per_seed(results, cost_share)
-        parts = [("peak above the static nets'", *verdict(peaks)),
-                 ("at a third of the best static net's MACs", *verdict([33.3 - s for s in shares]))]
+        third = verdict([33.3 - s for s in shares]) if shares or not peaks else \
+            (FAILS, "no actor point reaches the best static net's accuracy")
+        parts = [("peak above the static nets'", *verdict(peaks)), ("at a third of the best static net's MACs", *third)]
         return (*combine(parts), {"actor − static peak accuracy": peaks,
                                   "cheapest actor point at the best static accuracy, % of its MACs": shares})
 
