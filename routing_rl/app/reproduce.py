@@ -309,8 +309,9 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
                 return None, None
             fits = [train_accuracy(p.run_dir) for p in (deep, shallow)]
             return 100 * (shallow.accuracy - deep.accuracy), None if None in fits else 100 * (fits[0] - fits[1])
-        test = per_seed(results, lambda seed: gaps(seed)[0])
-        train = per_seed(results, lambda seed: gaps(seed)[1])
+        measured = {seed: gaps(seed) for seed in results.seeds()}  # reads each run's events once
+        test = per_seed(results, lambda seed: measured[seed][0])
+        train = per_seed(results, lambda seed: measured[seed][1])
         parts = [("less accurate on test than the best of static-1..6", *verdict(test)),
                  ("while fitting the training batches at least as well", *verdict(train, "not below"))]
         return (*combine(parts), {"test accuracy, best of static-1..6 − best of static-7, -8": test,
@@ -356,8 +357,10 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
 
         def peak(series, seed):
             return max((100 * p.accuracy for p in results.of(series, seed)), default=None)
-        shallower = per_seed(results, lambda seed: None if not macs(actor, seed) or macs(regularised, seed) is None
-                             else 100 * (1 - macs(regularised, seed) / macs(actor, seed)))
+        def fewer(seed):
+            plain, regularized = macs(actor, seed), macs(regularised, seed)
+            return None if not plain or regularized is None else 100 * (1 - regularized / plain)
+        shallower = per_seed(results, fewer)
         lower = paired(results, peak, actor, regularised)
         parts = [("fewer MACs", *verdict(shallower)), ("lower peak accuracy", *verdict(lower))]
         return (*combine(parts), {"mean MACs over the k_cpt values, % below the actor's (d̂ constant)": shallower,
@@ -504,18 +507,16 @@ def plan_runs(chosen: Sequence[Figure], preset: str, seeds: Sequence[int], k_cpt
     for figure in chosen:
         pairs = []
         for series in figure.series:
-            fields = {**machine, **series.settings, "logdir": str(logdir / series.folder)}
-            if series.agent == "static":
+            if series.agent == "static":  # one folder per learning rate, the first untagged
                 for i, lr in enumerate(static_lrs.get(series.folder) or [None]):
                     tagged = dataclasses.replace(series, tag=f"-lr{lr:g}" if i else "")
-                    fields["logdir"] = str(logdir / tagged.folder)
-                    configs = sweep_configs([], [], seeds, static_columns, preset=preset, static_lr=lr, **fields)
-                    pairs += [(tagged, config) for config in configs]
-                continue
+                    fields = {**machine, **series.settings, "logdir": str(logdir / tagged.folder)}
+                    pairs += [(tagged, config) for config in
+                              sweep_configs([], [], seeds, static_columns, preset=preset, static_lr=lr, **fields)]
             else:
+                fields = {**machine, **series.settings, "logdir": str(logdir / series.folder)}
                 scaled = ["dynamic"] if series.dynamic else [k * series.k_cpt_scale for k in k_cpts]
-                configs = sweep_configs([series.agent], scaled, seeds, preset=preset, **fields)
-            pairs += [(series, config) for config in configs]
+                pairs += [(series, config) for config in sweep_configs([series.agent], scaled, seeds, preset=preset, **fields)]
         planned[figure.name] = pairs
     return planned
 
