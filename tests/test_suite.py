@@ -14,7 +14,8 @@ from synthetic_data import CIFAR_PER_CLASS, MNIST_PER_CLASS
 import routing_rl  # noqa: F401  (registers the env ids)
 from routing_rl.app.frontier import frontier_accuracy, frontier_margin, static_frontier
 from routing_rl.app.report import margin, static_curve
-from routing_rl.app.suite import average, check_tasks, exits_by_source, inference_cost, main, threshold_cost
+from routing_rl.app import suite
+from routing_rl.app.suite import average, check_tasks, exits_by_source, flat, inference_cost, main, threshold_cost
 from routing_rl.app.summary import static_line, summary_text
 from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.data.containers import composition_counts
@@ -224,20 +225,57 @@ def test_rows_average_seeds_and_pool_exits():
 @pytest.mark.parametrize("argv, message", [
     (["--agent", "actor", "--tasks", "hybrid-easy"], "unknown suite task 'hybrid-easy'"),
     (["--agent", "static"], "the suite trains the static nets itself"),
+    (["--agent", "actor", "--set", "iterations"], "--set takes FIELD=VALUE, got 'iterations'"),
+    (["--agent", "actor", "--workers", "2", "--ray"], "with --ray, Ray places the runs"),
 ])
 def test_suite_command_refuses_bad_input_in_one_line(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(argv)
+    assert main(argv) == 2
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.strip().count("\n") == 0 and message in err
+    assert err.strip().count("\n") == 0 and message in err
+
+
+def test_static_nets_stop_after_two_in_a_row_no_better_than_the_best_shallower():
+    assert not flat([0.80, 0.85, 0.84])
+    assert flat([0.80, 0.85, 0.84, 0.85])  # a tie with the best is no better
+    assert not flat([0.80, 0.85, 0.84, 0.86])
+    assert not flat([])
+
+
+def test_static_rounds_share_one_sweep_over_tasks_and_seeds(tmp_path, monkeypatch):
+    """Round c trains static-c of every (task, seed) still improving in one sweep (so workers
+    share them); a (task, seed) whose nets stopped improving trains no deeper net."""
+    accuracy = {"hybrid": [0.80, 0.85, 0.84, 0.83, 0.9], "cifar2": [0.7, 0.75, 0.8, 0.79, 0.78, 0.9]}
+    batches = []
+
+    def fake_sweep(configs, log, **backend):
+        batches.append(sorted((c.dataset, c.arch, c.seed) for c in configs))
+        assert backend == {"workers": 2}
+        assert all(c.lr == {"hybrid": 0.1, "cifar2": 0.02}[c.dataset] for c in configs)
+        dirs = []
+        for config in configs:
+            run_dir = tmp_path / config.dataset / f"{config.run_name}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            columns = int(config.arch.split("-")[1])
+            (run_dir / "metrics.json").write_text(json.dumps({"test_accuracy": accuracy[config.dataset][columns - 1]}))
+            dirs.append(run_dir)
+        return dirs
+
+    monkeypatch.setattr(suite, "run_sweep", fake_sweep)
+    where = {task: {"dataset": task, "logdir": str(tmp_path / task)} for task in accuracy}
+    found = suite.train_static(where, [0, 1], {"hybrid": 0.1, "cifar2": 0.02}, "smoke", print, {"workers": 2})
+    assert [len(batch) for batch in batches] == [4, 4, 4, 4, 2]  # hybrid flat after 4 nets, cifar2 after 5
+    assert batches[0] == [("cifar2", "static-1", 0), ("cifar2", "static-1", 1), ("hybrid", "static-1", 0), ("hybrid", "static-1", 1)]
+    assert [m["test_accuracy"] for m in found["hybrid", 1]] == accuracy["hybrid"][:4]
+    assert [m["test_accuracy"] for m in found["cifar2", 0]] == accuracy["cifar2"][:5]
 
 
 @pytest.mark.slow
 def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache, tmp_path, capsys):
     args = ["--agent", "actor", "--preset", "smoke", "--tasks", "hybrid-even", "--k-cpts", "4e-9", "--static-lr", "0.05",
             "--data-dir", str(tiny_data), "--download", "false", "--validation-fraction", "0.4",
+            "--iterations", "6", "--set", "eval_every=3",
             "--logdir", str(tmp_path / "runs"), "--json", str(tmp_path / "suite.json")]
-    assert main(args) == 0
+    assert main([*args, "--workers", "2"]) == 0  # the runs train in two worker processes
     first = capsys.readouterr().out
     results = json.loads((tmp_path / "suite.json").read_text())
     task = results["tasks"]["hybrid-even"]
@@ -250,7 +288,10 @@ def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache
     assert set(row["exits"]) == {"mnist", "cifar"}
     assert np.isclose(sum(row["exits"]["mnist"].values()), 1.0)
     assert "| hybrid-even | 4e-09 | 1 |" in first
-    assert main(args) == 0
+    saved = json.loads((tmp_path / "runs" / "hybrid-even" / "static-static-1-k4e-09-s0" / "config.json").read_text())
+    assert (saved["iterations"], saved["eval_every"]) == (6, 3)
+    assert results["overrides"] == {"iterations": 6, "eval_every": 3, "validation_fraction": 0.4}
+    assert main([*args, "--workers", "0"]) == 0
     again = capsys.readouterr().out
     assert "training" not in again and "complete, skipped" in again
     assert json.loads((tmp_path / "suite.json").read_text())["tasks"]["hybrid-even"]["rows"][0]["cost"] == row["cost"]

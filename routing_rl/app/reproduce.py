@@ -41,8 +41,8 @@ import matplotlib.pyplot as plt
 from routing_rl.app.figures import check_out_folder, write_figures
 from routing_rl.app.plots import accuracy_macs_figure
 from routing_rl.app.runs import METRICS_FILE, RunError, has_checkpoint
-from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, backend, exit_status,
-                                  run_sweep, select_static_lr, sweep_configs)
+from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, add_schedule_arguments, backend,
+                                  exit_status, run_sweep, schedule_fields, select_static_lr, sweep_configs)
 from routing_rl.core.memory import retain_freed_memory
 from routing_rl.nets.multiscale import build
 from routing_rl.training.config import PRESET_VALUES, TrainConfig
@@ -672,7 +672,7 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
     names = list(figures())
     parser.add_argument("--figure", nargs="+", default=["all"], choices=[*names, "all"], help="figures to reproduce (default: all)")
     parser.add_argument("--preset", default="cpu-small", help="schedule of every run (default: cpu-small)")
-    parser.add_argument("--iterations", type=int, default=None, help="iterations of every run (default: the preset's)")
+    add_schedule_arguments(parser)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds (default: 0 1 2)")
     parser.add_argument("--k-cpts", nargs="+", type=float, default=list(K_CPTS), help=f"k_cpt values (default: {K_CPTS})")
     parser.add_argument("--static", nargs="+", type=int, default=list(STATIC_COLUMNS), help="static nets by columns (default: 1..8)")
@@ -682,8 +682,6 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
                              "validation accuracy is its point; auto: one chosen on validation per dataset and width "
                              "(default)")
     parser.add_argument("--lr-iterations", type=int, default=400, help="iterations of each --static-lr auto trial (default: 400)")
-    parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
-                        help="other config fields of every run, values in JSON (e.g. eval_every=500 validation_fraction=0.2)")
     parser.add_argument("--data-dir", default=None, help="folder with your data copies")
     parser.add_argument("--device", default="auto", help="torch device (default: auto)")
     parser.add_argument("--logdir", default="runs/paper", help="folder of the run folders (default: runs/paper)")
@@ -697,20 +695,6 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
     args = parser.parse_args(argv)
     retain_freed_memory()
     return exit_status(parser.prog, lambda: _reproduce(args, parser.prog))
-
-
-def fields(pairs: Sequence[str]) -> dict:
-    """``FIELD=VALUE`` pairs as config fields (VALUE read as JSON, else as text)."""
-    out = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep or not name:
-            raise RunError(f"--set takes FIELD=VALUE, got {pair!r}")
-        try:
-            out[name.replace("-", "_")] = json.loads(text)
-        except json.JSONDecodeError:
-            out[name.replace("-", "_")] = text
-    return out
 
 
 def schedule_flags(args) -> list[str]:
@@ -748,7 +732,7 @@ def _reproduce(args, prog: str) -> int:
     catalogue = figures(sorted(args.k_cpts), sorted(args.widths))
     chosen = [catalogue[n] for n in (catalogue if "all" in args.figure else dict.fromkeys(args.figure))]
     logdir = Path(args.logdir)
-    machine = {"data_dir": args.data_dir, "device": args.device, "iterations": args.iterations, **fields(args.set)}
+    machine = {"data_dir": args.data_dir, "device": args.device, **schedule_fields(args)}
     statics = {s.folder: s for f in chosen for s in f.series if s.agent == "static"}
     lr_of = {folder: ([None] if args.static_lr == "auto" else args.static_lr) for folder in statics}
     planned = plan_runs(chosen, args.preset, args.seeds, sorted(args.k_cpts), args.static, lr_of, logdir, machine)

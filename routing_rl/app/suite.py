@@ -3,7 +3,8 @@ task's static frontier and its tuned confidence threshold.
 
 Per task (a dataset of :data:`SUITE`, run in ``<logdir>/<task>``) and seed, through
 :func:`~routing_rl.app.sweep.run_sweep` (resumable: finished runs are skipped, interrupted
-ones resumed):
+ones resumed; on local worker processes or Ray, each step's runs over every task and seed
+in one sweep so that the workers share them):
 
 1. the static nets' learning rate, chosen on validation (:func:`~routing_rl.app.sweep.select_static_lr`)
    unless one is given;
@@ -29,18 +30,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from routing_rl.app.frontier import frontier_margin, static_frontier
-from routing_rl.app.runs import METRICS_FILE
-from routing_rl.app.sweep import LR_CANDIDATES, run_sweep, select_static_lr, static_lr_flag, sweep_configs
+from routing_rl.app.runs import METRICS_FILE, RunError
+from routing_rl.app.sweep import (LR_CANDIDATES, add_backend_arguments, add_schedule_arguments, backend, exit_status,
+                                  run_sweep, schedule_fields, select_static_lr, static_lr_flag, sweep_configs)
 from routing_rl.app.summary import SOURCE_NAMES
 from routing_rl.core.files import atomic_write_text
 from routing_rl.core.memory import retain_freed_memory
 from routing_rl.data import DataNotFoundError
 from routing_rl.data.datasets import DATASETS
-from routing_rl.training.config import AGENTS, AGENT_ALIASES, PRESETS, POLICIES
+from routing_rl.training.config import AGENTS, AGENT_ALIASES, PRESETS, POLICIES, make_config
 
 SUITE = ("hybrid", "cifar2", "cifar5", "cifar10", "hybrid-swap", "hybrid-even", "hybrid-train-mix",
          "hybrid-hard-digits")
 """The suite's tasks, by dataset name (each also a registered env id, see docs/suite.md)."""
+WHERE_ONLY = ("device", "data_dir", "download")
+"""Config fields that say where runs train and find their data, not how: left out of the results."""
 STATIC_PATIENCE = 2
 MAX_COLUMNS = 8
 
@@ -59,17 +63,31 @@ def _metrics(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / METRICS_FILE).read_text())
 
 
-def train_static(preset: str, seed: int, static_lr: float | None, log: Callable, **machine) -> list[dict]:
-    """Static nets with 1, 2, ... columns (see the module docstring); their metrics."""
-    found, best, misses = [], -1.0, 0
-    for columns in range(1, MAX_COLUMNS + 1):
-        (run_dir,) = run_sweep(sweep_configs([], [], [seed], [columns], preset=preset, static_lr=static_lr, **machine), log)
-        found.append(_metrics(run_dir))
-        accuracy = found[-1]["test_accuracy"]
+def flat(accuracies: Sequence[float], patience: int = STATIC_PATIENCE) -> bool:
+    """Whether the last ``patience`` static nets were each no better than the best shallower one."""
+    misses, best = 0, float("-inf")
+    for accuracy in accuracies:
         misses = 0 if accuracy > best else misses + 1
         best = max(best, accuracy)
-        if misses >= STATIC_PATIENCE:
+    return misses >= patience
+
+
+def train_static(where: dict[str, dict], seeds: Sequence[int], lr_of: dict[str, float], preset: str, log: Callable,
+                 backend: dict) -> dict[tuple[str, int], list[dict]]:
+    """Static nets with 1, 2, ... columns per (task, seed) until :func:`flat`; their metrics.
+
+    Round ``c`` trains static-c for every (task, seed) still going in one sweep, so the
+    backend's workers share the tasks' runs.
+    """
+    found = {(task, seed): [] for task in where for seed in seeds}
+    for columns in range(1, MAX_COLUMNS + 1):
+        going = [key for key, metrics in found.items() if not flat([m["test_accuracy"] for m in metrics])]
+        if not going:
             break
+        configs = [config for task, seed in going for config in
+                   sweep_configs([], [], [seed], [columns], preset=preset, static_lr=lr_of[task], **where[task])]
+        for key, run_dir in zip(going, run_sweep(configs, log, **backend)):
+            found[key].append(_metrics(run_dir))
     return found
 
 
@@ -139,43 +157,54 @@ def average(points: list[dict]) -> dict:
 def run_suite(agent: str, tasks: Sequence[str] = SUITE, k_cpts: Sequence[float] = (4e-9,), seeds: Sequence[int] = (0,),
               preset: str = "quick", policy: str | None = None, static_lr: float | str = "auto",
               lr_candidates: Sequence[float] = LR_CANDIDATES, lr_iterations: int = 400, logdir: str = "runs/suite",
-              log: Callable = print, **machine) -> dict:
+              log: Callable = print, backend: dict | None = None, **machine) -> dict:
     """Train and judge ``agent`` over ``tasks`` (see the module docstring); the results, JSON-ready.
 
-    ``static_lr``: ``"auto"`` (chosen on validation per task) or a number. ``machine``: further
-    config fields shared by every run (``device``, ``data_dir``, ``download``, ``validation_fraction``...).
+    ``static_lr``: ``"auto"`` (chosen on validation per task) or a number. ``backend``: where
+    the runs train (:func:`~routing_rl.app.sweep.run_sweep`'s ``workers``, ``ray``,
+    ``runs_per_gpu``; default: one after another in this process). ``machine``: further config
+    fields shared by every run (``device``, ``data_dir``, ``iterations``, ``validation_fraction``...).
     """
     tasks = check_tasks(tasks)
-    results = {"agent": agent, "policy": policy, "preset": preset, "k_cpts": [float(k) for k in k_cpts],
-               "seeds": list(seeds), "tasks": {}}
+    backend = backend or {}
+    where = {task: dict(machine, dataset=task, logdir=str(Path(logdir) / task)) for task in tasks}
+    lr_of = {}
     for task in tasks:
-        log(f"== {task}")
-        where = dict(machine, dataset=task, logdir=str(Path(logdir) / task))
-        lr = static_lr
-        if lr == "auto":
-            lr = select_static_lr(lr_candidates, lr_iterations, preset=preset, seed=seeds[0], log=log, **where)
-        rows: dict[float, list[dict]] = {}
-        frontiers, statics, thresholds = {}, {}, {}
+        log(f"== {task}: static learning rate")
+        lr_of[task] = static_lr if static_lr != "auto" else select_static_lr(
+            lr_candidates, lr_iterations, preset=preset, seed=seeds[0], log=log, backend=backend, **where[task])
+    log("== static nets")
+    static = train_static(where, seeds, lr_of, preset, log, backend)
+    log(f"== threshold and {agent}")
+    planned, configs = [], []
+    for task in tasks:
         for seed in seeds:
-            static = train_static(preset, seed, lr, log, **where)
-            frontier = static_frontier((m["test_mean_macs"], m["test_accuracy"]) for m in static)
-            (threshold_dir,) = run_sweep(sweep_configs(["threshold"], [k_cpts[0]], [seed], preset=preset,
-                                                       lr=lr, **where), log)
-            threshold = _metrics(threshold_dir)
-            configs = sweep_configs([agent], k_cpts, [seed], preset=preset, policy=policy, **where)
-            for config in configs:  # learners with other policies share the logdir (and its static nets)
+            threshold = sweep_configs(["threshold"], [k_cpts[0]], [seed], preset=preset, lr=lr_of[task], **where[task])
+            learners = sweep_configs([agent], k_cpts, [seed], preset=preset, policy=policy, **where[task])
+            for config in learners:  # learners with other policies share the logdir (and its static nets)
                 config.run_name += f"-{config.resolved_policy}"
-            learners = run_sweep(configs, log)
-            for run_dir in learners:
-                point = learner_point(_metrics(run_dir), frontier, threshold)
-                rows.setdefault(point["k_cpt"], []).append(point)
-            frontiers[seed] = frontier
-            statics[seed] = [{"arch": m["arch"], "test_accuracy": m["test_accuracy"], "mean_macs": m["test_mean_macs"],
-                              "source_accuracy": m["test"][0].get("source_accuracy", {})} for m in static]
-            thresholds[seed] = [{k: p[k] for k in ("budget", "accuracy", "mean_macs", "validation_accuracy",
-                                                   "validation_mean_macs")} for p in threshold["test"]]
-        results["tasks"][task] = {"static_lr": lr, "static": statics, "frontier": frontiers, "threshold": thresholds,
-                                  "rows": [average(points) for points in rows.values()]}
+            planned.append((task, seed, len(learners)))
+            configs += threshold + learners
+    run_dirs = iter(run_sweep(configs, log, **backend))
+    results = {"agent": agent, "policy": policy, "preset": preset, "k_cpts": [float(k) for k in k_cpts],
+               "seeds": list(seeds), "overrides": {k: v for k, v in machine.items() if v is not None and k not in WHERE_ONLY},
+               "tasks": {task: {"static_lr": lr_of[task], "static": {}, "frontier": {}, "threshold": {}, "rows": []}
+                         for task in tasks}}
+    rows: dict[str, dict[float, list[dict]]] = {task: {} for task in tasks}
+    for task, seed, count in planned:
+        threshold = _metrics(next(run_dirs))
+        frontier = static_frontier((m["test_mean_macs"], m["test_accuracy"]) for m in static[task, seed])
+        for _ in range(count):
+            point = learner_point(_metrics(next(run_dirs)), frontier, threshold)
+            rows[task].setdefault(point["k_cpt"], []).append(point)
+        out = results["tasks"][task]
+        out["frontier"][seed] = frontier
+        out["static"][seed] = [{"arch": m["arch"], "test_accuracy": m["test_accuracy"], "mean_macs": m["test_mean_macs"],
+                                "source_accuracy": m["test"][0].get("source_accuracy", {})} for m in static[task, seed]]
+        out["threshold"][seed] = [{k: p[k] for k in ("budget", "accuracy", "mean_macs", "validation_accuracy",
+                                                     "validation_mean_macs")} for p in threshold["test"]]
+    for task in tasks:
+        results["tasks"][task]["rows"] = [average(points) for points in rows[task].values()]
     return results
 
 
@@ -213,6 +242,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                         + " (critic: pragmatic-critic)")
     parser.add_argument("--policy", default=None, choices=POLICIES, help="training routing policy (default: the agent's)")
     parser.add_argument("--preset", default="quick", choices=PRESETS, help="schedule of every run (default: quick)")
+    add_schedule_arguments(parser)
     parser.add_argument("--tasks", nargs="+", default=list(SUITE), help=f"suite tasks (default: {' '.join(SUITE)})")
     parser.add_argument("--k-cpts", nargs="+", type=float, default=[4e-9, 1.6e-8], help="k_cpt values (default: 4e-9 1.6e-8)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (default: 0)")
@@ -229,25 +259,30 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--download", type=lambda t: t.lower() in ("1", "true", "yes"), default=True,
                         help="try torchvision's downloaders when the data is not found (default: true)")
     parser.add_argument("--validation-fraction", type=float, default=None, help="share of the training split held out")
+    add_backend_arguments(parser)
     return parser
 
 
 def main(argv: list[str] | None = None, prog: str = "suite.py") -> int:
+    """The suite command; exit status as :func:`~routing_rl.app.sweep.exit_status` gives it."""
     parser = build_parser(prog)
     args = parser.parse_args(argv)
-    agent = AGENT_ALIASES.get(args.agent, args.agent)
     retain_freed_memory()
+    return exit_status(prog, lambda: _suite(args, prog, argv))
+
+
+def _suite(args, prog: str, argv: list[str] | None) -> int:
+    agent = AGENT_ALIASES.get(args.agent, args.agent)
+    if agent == "static":
+        raise RunError("the suite trains the static nets itself; give a learner with --agent")
+    machine = dict(device=args.device, data_dir=args.data_dir, download=args.download,
+                   validation_fraction=args.validation_fraction, **schedule_fields(args))
     try:
-        if agent == "static":
-            raise ValueError("the suite trains the static nets itself; give a learner with --agent")
         results = run_suite(agent, args.tasks, args.k_cpts, args.seeds, args.preset, args.policy, args.static_lr,
-                            args.lr_candidates, args.lr_iterations, args.logdir, device=args.device,
-                            data_dir=args.data_dir, download=args.download, validation_fraction=args.validation_fraction)
-    except (ValueError, DataNotFoundError) as error:  # RunError is a ValueError
-        parser.exit(2, f"{prog}: error: {error}\n")
-    except KeyboardInterrupt:
-        print(f"\n{prog}: interrupted; run the same command again to continue where it stopped", file=sys.stderr)
-        return 130
+                            args.lr_candidates, args.lr_iterations, args.logdir,
+                            backend=backend(args, [make_config(args.preset, device=args.device)]), **machine)
+    except DataNotFoundError as error:
+        raise RunError(str(error)) from None
     results["command"] = [prog, *(sys.argv[1:] if argv is None else argv)]
     print(suite_table(results))
     if args.json:

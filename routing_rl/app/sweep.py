@@ -205,6 +205,32 @@ def select_static_lr(
     return candidates[best]
 
 
+def add_schedule_arguments(parser) -> None:
+    """The flags that change every run's schedule from its preset's (:func:`schedule_fields`)."""
+    parser.add_argument("--iterations", type=int, default=None, help="iterations of every run (default: the preset's)")
+    parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="other config fields of every run, values in JSON (e.g. eval_every=500 validation_fraction=0.2)")
+
+
+def schedule_fields(args) -> dict:
+    """The config fields :func:`add_schedule_arguments`' flags give (``iterations`` None: the preset's)."""
+    return {"iterations": args.iterations, **fields(args.set)}
+
+
+def fields(pairs: Sequence[str]) -> dict:
+    """``FIELD=VALUE`` pairs as config fields (VALUE read as JSON, else as text)."""
+    out = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise RunError(f"--set takes FIELD=VALUE, got {pair!r}")
+        try:
+            out[name.replace("-", "_")] = json.loads(text)
+        except json.JSONDecodeError:
+            out[name.replace("-", "_")] = text
+    return out
+
+
 def add_backend_arguments(parser) -> None:
     """The flags that choose where a sweep's runs train (:func:`backend`)."""
     parser.add_argument("--workers", type=int, default=None,
