@@ -212,11 +212,12 @@ def test_threshold_budget_is_chosen_on_validation_cost():
 def test_rows_average_seeds_and_pool_exits():
     leaves = {"exit1": {"by_source": {"mnist": 3, "cifar": 0}}, "exit2": {"by_source": {"mnist": 1, "cifar": 2}}}
     assert exits_by_source({"leaves": leaves}) == {"mnist": {"exit1": 0.75, "exit2": 0.25}, "cifar": {"exit2": 1.0}}
-    points = [{"k_cpt": 4e-9, "test_accuracy": a, "mean_macs": 1e6, "vs_frontier": m, "cost": 0.1, "threshold_cost": 0.2,
+    points = [{"agent": "actor", "k_cpt": 4e-9, "test_accuracy": a, "mean_macs": 1e6, "vs_frontier": m, "cost": 0.1, "threshold_cost": 0.2,
                "validation_test_gap": None, "exits": {"mnist": {"exit1": 1.0}}} for a, m in ((0.8, 1.0), (0.9, None))]
     row = average(points)
     assert row["test_accuracy"] == pytest.approx(0.85) and row["vs_frontier"] == pytest.approx(1.0)
     assert row["validation_test_gap"] is None and row["exits"] == {"mnist": {"exit1": 1.0}} and row["seeds"] == 2
+    assert row["agent"] == "actor"
 
 
 # --- the command --------------------------------------------------------------------------
@@ -271,7 +272,7 @@ def test_static_rounds_share_one_sweep_over_tasks_and_seeds(tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache, tmp_path, capsys):
-    args = ["--agent", "actor", "--preset", "smoke", "--tasks", "hybrid-even", "--k-cpts", "4e-9", "--static-lr", "0.05",
+    args = ["--agent", "actor", "critic", "--preset", "smoke", "--tasks", "hybrid-even", "--k-cpts", "4e-9", "--static-lr", "0.05",
             "--data-dir", str(tiny_data), "--download", "false", "--validation-fraction", "0.4",
             "--iterations", "6", "--set", "eval_every=3",
             "--logdir", str(tmp_path / "runs"), "--json", str(tmp_path / "suite.json")]
@@ -279,7 +280,8 @@ def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache
     first = capsys.readouterr().out
     results = json.loads((tmp_path / "suite.json").read_text())
     task = results["tasks"]["hybrid-even"]
-    (row,) = task["rows"]
+    row, critic = task["rows"]  # the learners share the task's static nets and threshold
+    assert (row["agent"], critic["agent"]) == ("actor", "pragmatic-critic")
     static = task["static"]["0"]
     assert [s["arch"] for s in static][:2] == ["static-1", "static-2"]
     frontier = static_frontier((s["mean_macs"], s["test_accuracy"]) for s in static)
@@ -287,7 +289,7 @@ def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache
     assert row["cost"] == pytest.approx(inference_cost(row["test_accuracy"], row["mean_macs"], 4e-9))
     assert set(row["exits"]) == {"mnist", "cifar"}
     assert np.isclose(sum(row["exits"]["mnist"].values()), 1.0)
-    assert "| hybrid-even | 4e-09 | 1 |" in first
+    assert "| hybrid-even | actor | 4e-09 | 1 |" in first and "| hybrid-even | pragmatic-critic | 4e-09 | 1 |" in first
     saved = json.loads((tmp_path / "runs" / "hybrid-even" / "static-static-1-k4e-09-s0" / "config.json").read_text())
     assert (saved["iterations"], saved["eval_every"]) == (6, 3)
     assert results["overrides"] == {"iterations": 6, "eval_every": 3, "validation_fraction": 0.4}

@@ -122,6 +122,7 @@ def learner_point(metrics: dict, frontier: list, threshold: dict) -> dict:
     reference, reference_point = threshold_cost(threshold, k_cpt)
     return {
         "run": metrics["run"],
+        "agent": AGENT_ALIASES.get(metrics["agent"], metrics["agent"]),  # runs saved before the rename say "critic"
         "k_cpt": k_cpt,
         "test_accuracy": test["accuracy"],
         "mean_macs": test["mean_macs"],
@@ -142,7 +143,7 @@ def _mean(values: list) -> float | None:
 
 
 def average(points: list[dict]) -> dict:
-    """The seeds' points of one (task, k_cpt) row averaged; exits pooled."""
+    """The seeds' points of one (task, learner, k_cpt) row averaged; exits pooled."""
     row = {key: _mean([p[key] for p in points]) for key in
            ("test_accuracy", "mean_macs", "vs_frontier", "cost", "threshold_cost", "validation_test_gap")}
     exits: dict[str, dict[str, float]] = {}
@@ -151,14 +152,16 @@ def average(points: list[dict]) -> dict:
             for leaf, share in shares.items():
                 exits.setdefault(source, {}).setdefault(leaf, 0.0)
                 exits[source][leaf] += share / len(points)
-    return {"k_cpt": points[0]["k_cpt"], "seeds": len(points), **row, "exits": exits, "per_seed": points}
+    return {"agent": points[0]["agent"], "k_cpt": points[0]["k_cpt"], "seeds": len(points), **row, "exits": exits, "per_seed": points}
 
 
-def run_suite(agent: str, tasks: Sequence[str] = SUITE, k_cpts: Sequence[float] = (4e-9,), seeds: Sequence[int] = (0,),
+def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Sequence[float] = (4e-9,), seeds: Sequence[int] = (0,),
               preset: str = "quick", policy: str | None = None, static_lr: float | str = "auto",
               lr_candidates: Sequence[float] = LR_CANDIDATES, lr_iterations: int = 400, logdir: str = "runs/suite",
               log: Callable = print, backend: dict | None = None, **machine) -> dict:
-    """Train and judge ``agent`` over ``tasks`` (see the module docstring); the results, JSON-ready.
+    """Train and judge each of ``agents`` over ``tasks`` (see the module docstring); the
+    results, JSON-ready, a row per (task, learner, k_cpt). The learners share the static nets
+    and the threshold of each task and seed.
 
     ``static_lr``: ``"auto"`` (chosen on validation per task) or a number. ``backend``: where
     the runs train (:func:`~routing_rl.app.sweep.run_sweep`'s ``workers``, ``ray``,
@@ -175,28 +178,28 @@ def run_suite(agent: str, tasks: Sequence[str] = SUITE, k_cpts: Sequence[float] 
             lr_candidates, lr_iterations, preset=preset, seed=seeds[0], log=log, backend=backend, **where[task])
     log("== static nets")
     static = train_static(where, seeds, lr_of, preset, log, backend)
-    log(f"== threshold and {agent}")
+    log(f"== threshold and {', '.join(agents)}")
     planned, configs = [], []
     for task in tasks:
         for seed in seeds:
             threshold = sweep_configs(["threshold"], [k_cpts[0]], [seed], preset=preset, lr=lr_of[task], **where[task])
-            learners = sweep_configs([agent], k_cpts, [seed], preset=preset, policy=policy, **where[task])
+            learners = sweep_configs(agents, k_cpts, [seed], preset=preset, policy=policy, **where[task])
             for config in learners:  # learners with other policies share the logdir (and its static nets)
                 config.run_name += f"-{config.resolved_policy}"
             planned.append((task, seed, len(learners)))
             configs += threshold + learners
     run_dirs = iter(run_sweep(configs, log, **backend))
-    results = {"agent": agent, "policy": policy, "preset": preset, "k_cpts": [float(k) for k in k_cpts],
+    results = {"agents": list(agents), "policy": policy, "preset": preset, "k_cpts": [float(k) for k in k_cpts],
                "seeds": list(seeds), "overrides": {k: v for k, v in machine.items() if v is not None and k not in WHERE_ONLY},
                "tasks": {task: {"static_lr": lr_of[task], "static": {}, "frontier": {}, "threshold": {}, "rows": []}
                          for task in tasks}}
-    rows: dict[str, dict[float, list[dict]]] = {task: {} for task in tasks}
+    rows: dict[str, dict[tuple[str, float], list[dict]]] = {task: {} for task in tasks}
     for task, seed, count in planned:
         threshold = _metrics(next(run_dirs))
         frontier = static_frontier((m["test_mean_macs"], m["test_accuracy"]) for m in static[task, seed])
         for _ in range(count):
             point = learner_point(_metrics(next(run_dirs)), frontier, threshold)
-            rows[task].setdefault(point["k_cpt"], []).append(point)
+            rows[task].setdefault((point["agent"], point["k_cpt"]), []).append(point)
         out = results["tasks"][task]
         out["frontier"][seed] = frontier
         out["static"][seed] = [{"arch": m["arch"], "test_accuracy": m["test_accuracy"], "mean_macs": m["test_mean_macs"],
@@ -221,25 +224,25 @@ def _number(value: float | None, pattern: str) -> str:
 
 
 def suite_table(results: dict) -> str:
-    """The suite's results as one Markdown table, a row per (task, k_cpt)."""
-    lines = ["| task | k_cpt | seeds | test accuracy | mean MACs | vs frontier (pts) | cost | threshold cost "
+    """The suite's results as one Markdown table, a row per (task, learner, k_cpt)."""
+    lines = ["| task | learner | k_cpt | seeds | test accuracy | mean MACs | vs frontier (pts) | cost | threshold cost "
              "| val − test (pts) | exits (top 3 per source) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for task, result in results["tasks"].items():
         for row in result["rows"]:
             gap = None if row["validation_test_gap"] is None else 100 * row["validation_test_gap"]
             lines.append(
-                f"| {task} | {row['k_cpt']:g} | {row['seeds']} | {100 * row['test_accuracy']:.2f}% "
+                f"| {task} | {row['agent']} | {row['k_cpt']:g} | {row['seeds']} | {100 * row['test_accuracy']:.2f}% "
                 f"| {row['mean_macs'] / 1e6:.2f}M | {_number(row['vs_frontier'], '+.2f')} | {row['cost']:.4f} "
                 f"| {row['threshold_cost']:.4f} | {_number(gap, '+.2f')} | {_exits_text(row['exits'])} |")
     return "\n".join(lines)
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Train one learner over the task suite and judge it on "
+    parser = argparse.ArgumentParser(prog=prog, description="Train learners over the task suite and judge them on "
                                      "every task against its static frontier and its tuned confidence threshold.")
-    parser.add_argument("--agent", required=True, help="learner: " + ", ".join(a for a in AGENTS if a != "static")
-                        + " (critic: pragmatic-critic)")
+    parser.add_argument("--agent", nargs="+", required=True, help="learners: " + ", ".join(a for a in AGENTS if a != "static")
+                        + " (critic: pragmatic-critic); several share each task's static nets and threshold")
     parser.add_argument("--policy", default=None, choices=POLICIES, help="training routing policy (default: the agent's)")
     parser.add_argument("--preset", default="quick", choices=PRESETS, help="schedule of every run (default: quick)")
     add_schedule_arguments(parser)
@@ -272,13 +275,13 @@ def main(argv: list[str] | None = None, prog: str = "suite.py") -> int:
 
 
 def _suite(args, prog: str, argv: list[str] | None) -> int:
-    agent = AGENT_ALIASES.get(args.agent, args.agent)
-    if agent == "static":
-        raise RunError("the suite trains the static nets itself; give a learner with --agent")
+    agents = list(dict.fromkeys(AGENT_ALIASES.get(agent, agent) for agent in args.agent))
+    if "static" in agents:
+        raise RunError("the suite trains the static nets itself; give learners with --agent")
     machine = dict(device=args.device, data_dir=args.data_dir, download=args.download,
                    validation_fraction=args.validation_fraction, **schedule_fields(args))
     try:
-        results = run_suite(agent, args.tasks, args.k_cpts, args.seeds, args.preset, args.policy, args.static_lr,
+        results = run_suite(agents, args.tasks, args.k_cpts, args.seeds, args.preset, args.policy, args.static_lr,
                             args.lr_candidates, args.lr_iterations, args.logdir,
                             backend=backend(args, [make_config(args.preset, device=args.device)]), **machine)
     except DataNotFoundError as error:
