@@ -308,19 +308,19 @@ def test_a_sweep_skips_only_runs_made_with_the_same_settings(tiny_data, tmp_path
 def test_static_lr_selection_is_on_validation_deterministic_and_resumable(tiny_data, tmp_path):
     machine = dict(data_dir=str(tiny_data), download=False, validation_fraction=0.4, logdir=str(tmp_path))
     candidates = (0.1, 0.05, 0.02)
-    chosen = select_static_lr(candidates, iterations=2, columns=1, preset="smoke", log=lambda line: None, **machine)
+    chosen = select_static_lr(candidates, trial_iterations=2, columns=1, preset="smoke", log=lambda line: None, **machine)
     accuracy = {lr: json.loads((tmp_path / f"lrsel-static-1-lr{lr:g}" / "metrics.json").read_text())
                 ["history"][-1]["evaluations"][0]["accuracy"] for lr in candidates}
     assert chosen == next(lr for lr in candidates if accuracy[lr] == max(accuracy.values()))
     log = []
-    assert select_static_lr(candidates, iterations=2, columns=1, preset="smoke", log=log.append, **machine) == chosen
+    assert select_static_lr(candidates, trial_iterations=2, columns=1, preset="smoke", log=log.append, **machine) == chosen
     assert sum("complete, skipped" in line for line in log) == 3
 
 
 def test_static_lr_trials_keep_their_own_length_when_the_runs_set_theirs(tiny_data, tmp_path):
     # the real runs' evaluation schedule reaches the trials among the overrides
     machine = dict(data_dir=str(tiny_data), download=False, validation_fraction=0.4, logdir=str(tmp_path))
-    select_static_lr((0.1,), iterations=3, columns=1, preset="smoke", log=lambda line: None,
+    select_static_lr((0.1,), trial_iterations=3, columns=1, preset="smoke", log=lambda line: None,
                      eval_every=2, **machine)
     history = json.loads((tmp_path / "lrsel-static-1-lr0.1" / "metrics.json").read_text())["history"]
     assert [entry["iteration"] for entry in history] == [3]

@@ -272,7 +272,8 @@ def test_static_rounds_share_one_sweep_over_tasks_and_seeds(tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache, tmp_path, capsys):
-    args = ["--agent", "actor", "critic", "--preset", "smoke", "--tasks", "hybrid-even", "--k-cpts", "4e-9", "--static-lr", "0.05",
+    args = ["--agent", "actor", "critic", "--preset", "smoke", "--tasks", "hybrid-even", "--k-cpts", "4e-9",
+            "--lr-candidates", "0.05", "0.02", "--lr-iterations", "3",
             "--data-dir", str(tiny_data), "--download", "false", "--validation-fraction", "0.4",
             "--iterations", "6", "--set", "eval_every=3",
             "--logdir", str(tmp_path / "runs"), "--json", str(tmp_path / "suite.json")]
@@ -292,6 +293,9 @@ def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache
     assert "| hybrid-even | actor | 4e-09 | 1 |" in first and "| hybrid-even | pragmatic-critic | 4e-09 | 1 |" in first
     saved = json.loads((tmp_path / "runs" / "hybrid-even" / "static-static-1-k4e-09-s0" / "config.json").read_text())
     assert (saved["iterations"], saved["eval_every"]) == (6, 3)
+    trial = json.loads((tmp_path / "runs" / "hybrid-even" / "lrsel-static-8-lr0.05" / "config.json").read_text())
+    assert (trial["iterations"], trial["eval_every"]) == (3, 3)  # the trials keep --lr-iterations
+    assert saved["lr"] == task["static_lr"] in (0.05, 0.02)
     assert results["overrides"] == {"iterations": 6, "eval_every": 3, "validation_fraction": 0.4}
     assert main([*args, "--workers", "0"]) == 0
     again = capsys.readouterr().out

@@ -755,7 +755,7 @@ def _reproduce(args, prog: str) -> int:
     if args.static_lr == "auto" and not args.report_only:  # a static run's folder name does not depend on its lr
         for folder, series in statics.items():
             lr_of[folder] = [select_static_lr(LR_CANDIDATES, args.lr_iterations, preset=args.preset, seed=args.seeds[0],
-                                             backend=run_backend, **{k: v for k, v in machine.items() if k != "iterations"},
+                                             backend=run_backend, **machine,
                                              **series.settings,
                                              logdir=str(logdir / folder))]
         planned = plan_runs(chosen, args.preset, args.seeds, sorted(args.k_cpts), args.static, lr_of, logdir, machine)

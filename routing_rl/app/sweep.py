@@ -169,7 +169,7 @@ def run_sweep(configs: list[TrainConfig], log=print, workers: int = 0, ray: bool
 
 def select_static_lr(
     candidates: Sequence[float] = LR_CANDIDATES,
-    iterations: int = 400,
+    trial_iterations: int = 400,
     columns: int = 8,
     preset: str = "cpu-small",
     seed: int = 0,
@@ -179,8 +179,8 @@ def select_static_lr(
 ) -> float:
     """The static nets' learning rate, chosen on the validation split (never the test split).
 
-    ``static-{columns}`` is trained for ``iterations`` at each candidate and evaluated once at
-    the end (an ``eval_every`` among ``overrides`` is the real runs', not the trials'), as runs named
+    ``static-{columns}`` is trained for ``trial_iterations`` at each candidate and evaluated once at
+    the end (``iterations`` and ``eval_every`` among ``overrides`` are the real runs', not the trials'), as runs named
     ``lrsel-static-{columns}-lr{lr:g}`` that :func:`run_sweep` skips or resumes like any
     other (``backend``: :func:`run_sweep`'s ``workers``, ``ray``, ``runs_per_gpu``); the
     candidate with the best final validation accuracy wins, a tie going to the candidate
@@ -192,7 +192,7 @@ def select_static_lr(
     configs = []
     for lr in candidates:
         config = make_config(preset, task.all_archs(), task.static_archs(), agent="static", arch=f"static-{columns}", lr=lr, seed=seed,
-                             **{**overrides, "iterations": iterations, "eval_every": iterations})
+                             **{**overrides, "iterations": trial_iterations, "eval_every": trial_iterations})
         config.run_name = f"lrsel-static-{columns}-lr{lr:g}"
         configs.append(config)
     accuracies = []
