@@ -70,8 +70,11 @@ training policy's path probability) and every target is exact; the same ε-greed
 with nothing else changed, reaches 90.16% at 2.74M MACs on hybrid (digits at exit 1, CIFAR
 at exit 2) and 77.63% on hybrid-hard-digits, 10 points above its static frontier
 (``quick``, seed 0; ``docs/suite.md`` has the runs, seeds and commands). A full-tree step
-costs a static-8 step per image, as the actor's does. ``--execution sampled`` keeps the
-paper's sampled decisions, whose defaults follow.
+costs a static-8 step per image, as the actor's does. Each head's error weighs its path
+probability alone: spreading a share of it evenly over the heads, as the env's joint training
+does for the SB3 agents, cost 1.2-23 points against the static frontier in four runs on
+hybrid and two variants (``docs/suite.md``): it pulls the shared columns away from the heads
+in use. ``--execution sampled`` keeps the paper's sampled decisions, whose defaults follow.
 
 **What makes sampled learning work (the defaults for ``--execution sampled``).** Sampled
 decisions starve the deep part of the net: a column, and its head, learn only from the
