@@ -318,10 +318,10 @@ def test_static_lr_selection_is_on_validation_deterministic_and_resumable(tiny_d
 
 
 def test_static_lr_trials_keep_their_own_length_when_the_runs_set_theirs(tiny_data, tmp_path):
-    # the real runs' evaluation schedule reaches the trials among the overrides
+    # the real runs' length and evaluation schedule reach the trials among the overrides
     machine = dict(data_dir=str(tiny_data), download=False, validation_fraction=0.4, logdir=str(tmp_path))
     select_static_lr((0.1,), trial_iterations=3, columns=1, preset="smoke", log=lambda line: None,
-                     eval_every=2, **machine)
+                     iterations=50, eval_every=2, **machine)
     history = json.loads((tmp_path / "lrsel-static-1-lr0.1" / "metrics.json").read_text())["history"]
     assert [entry["iteration"] for entry in history] == [3]
 

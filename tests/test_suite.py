@@ -228,6 +228,7 @@ def test_rows_average_seeds_and_pool_exits():
     (["--agent", "static"], "the suite trains the static nets itself"),
     (["--agent", "actor", "--set", "iterations"], "--set takes FIELD=VALUE, got 'iterations'"),
     (["--agent", "actor", "--workers", "2", "--ray"], "with --ray, Ray places the runs"),
+    (["--agent", "actor", "--static-lr", "0.1", "auto"], "--static-lr takes learning rates or auto alone"),
 ])
 def test_suite_command_refuses_bad_input_in_one_line(argv, message, capsys):
     assert main(argv) == 2
@@ -243,37 +244,45 @@ def test_static_nets_stop_after_two_in_a_row_no_better_than_the_best_shallower()
 
 
 def test_static_rounds_share_one_sweep_over_tasks_and_seeds(tmp_path, monkeypatch):
-    """Round c trains static-c of every (task, seed) still improving in one sweep (so workers
-    share them); a (task, seed) whose nets stopped improving trains no deeper net."""
-    accuracy = {"hybrid": [0.80, 0.85, 0.84, 0.83, 0.9], "cifar2": [0.7, 0.75, 0.8, 0.79, 0.78, 0.9]}
+    """Round c trains static-c of every (task, seed) still improving, at each of its task's
+    learning rates, in one sweep (so workers share them); each net's point is its lr with the
+    best validation accuracy; a (task, seed) whose nets stopped improving trains no deeper net."""
+    test = {"hybrid": [0.80, 0.85, 0.84, 0.83, 0.9], "cifar2": [0.7, 0.75, 0.8, 0.79, 0.78, 0.9]}
+    lr_of = {"hybrid": [0.1], "cifar2": [0.02, 0.1]}
     batches = []
 
     def fake_sweep(configs, log, **backend):
-        batches.append(sorted((c.dataset, c.arch, c.seed) for c in configs))
+        batches.append(sorted((c.dataset, c.arch, c.seed, c.run_name.endswith("-lr0.1")) for c in configs))
         assert backend == {"workers": 2}
-        assert all(c.lr == {"hybrid": 0.1, "cifar2": 0.02}[c.dataset] for c in configs)
         dirs = []
         for config in configs:
-            run_dir = tmp_path / config.dataset / f"{config.run_name}"
+            run_dir = tmp_path / config.dataset / config.run_name
             run_dir.mkdir(parents=True, exist_ok=True)
             columns = int(config.arch.split("-")[1])
-            (run_dir / "metrics.json").write_text(json.dumps({"test_accuracy": accuracy[config.dataset][columns - 1]}))
+            # cifar2 at lr 0.1: better on validation, 0.05 worse on test
+            tweak = 0.05 if config.lr == 0.1 and config.dataset == "cifar2" else 0.0
+            metrics = {"test_accuracy": test[config.dataset][columns - 1] - tweak, "config": {"lr": config.lr},
+                       "history": [{"evaluations": [{"accuracy": 0.5 + tweak}]}]}
+            (run_dir / "metrics.json").write_text(json.dumps(metrics))
             dirs.append(run_dir)
         return dirs
 
     monkeypatch.setattr(suite, "run_sweep", fake_sweep)
-    where = {task: {"dataset": task, "logdir": str(tmp_path / task)} for task in accuracy}
-    found = suite.train_static(where, [0, 1], {"hybrid": 0.1, "cifar2": 0.02}, "smoke", print, {"workers": 2})
-    assert [len(batch) for batch in batches] == [4, 4, 4, 4, 2]  # hybrid flat after 4 nets, cifar2 after 5
-    assert batches[0] == [("cifar2", "static-1", 0), ("cifar2", "static-1", 1), ("hybrid", "static-1", 0), ("hybrid", "static-1", 1)]
-    assert [m["test_accuracy"] for m in found["hybrid", 1]] == accuracy["hybrid"][:4]
-    assert [m["test_accuracy"] for m in found["cifar2", 0]] == accuracy["cifar2"][:5]
+    where = {task: {"dataset": task, "logdir": str(tmp_path / task)} for task in test}
+    found = suite.train_static(where, [0, 1], lr_of, "smoke", print, {"workers": 2})
+    assert [len(batch) for batch in batches] == [6, 6, 6, 6, 4]  # hybrid flat after 4 nets, cifar2 after 5
+    assert batches[0] == [("cifar2", "static-1", 0, False), ("cifar2", "static-1", 0, True),
+                          ("cifar2", "static-1", 1, False), ("cifar2", "static-1", 1, True),
+                          ("hybrid", "static-1", 0, False), ("hybrid", "static-1", 1, False)]
+    assert [m["test_accuracy"] for m in found["hybrid", 1]] == test["hybrid"][:4]
+    assert [m["config"]["lr"] for m in found["cifar2", 0]] == [0.1] * 5  # chosen on validation, not on test
+    assert [m["test_accuracy"] for m in found["cifar2", 0]] == pytest.approx([a - 0.05 for a in test["cifar2"][:5]])
 
 
 @pytest.mark.slow
 def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache, tmp_path, capsys):
     args = ["--agent", "actor", "critic", "--preset", "smoke", "--tasks", "hybrid-even", "--k-cpts", "4e-9",
-            "--lr-candidates", "0.05", "0.02", "--lr-iterations", "3",
+            "--static-lr", "0.05", "0.02",
             "--data-dir", str(tiny_data), "--download", "false", "--validation-fraction", "0.4",
             "--iterations", "6", "--set", "eval_every=3",
             "--logdir", str(tmp_path / "runs"), "--json", str(tmp_path / "suite.json")]
@@ -293,9 +302,11 @@ def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache
     assert "| hybrid-even | actor | 4e-09 | 1 |" in first and "| hybrid-even | pragmatic-critic | 4e-09 | 1 |" in first
     saved = json.loads((tmp_path / "runs" / "hybrid-even" / "static-static-1-k4e-09-s0" / "config.json").read_text())
     assert (saved["iterations"], saved["eval_every"]) == (6, 3)
-    trial = json.loads((tmp_path / "runs" / "hybrid-even" / "lrsel-static-8-lr0.05" / "config.json").read_text())
-    assert (trial["iterations"], trial["eval_every"]) == (3, 3)  # the trials keep --lr-iterations
-    assert saved["lr"] == task["static_lr"] in (0.05, 0.02)
+    tagged = json.loads((tmp_path / "runs" / "hybrid-even" / "static-static-1-k4e-09-s0-lr0.02" / "config.json").read_text())
+    assert (task["static_lr"], saved["lr"], tagged["lr"]) == ([0.05, 0.02], 0.05, 0.02)
+    assert {s["lr"] for s in static} <= {0.05, 0.02}
+    budgets = [(p["lr"], p["budget"]) for p in task["threshold"]["0"]]  # the threshold at both rates, its budgets each
+    assert sorted(budgets) == sorted((lr, b) for lr in (0.05, 0.02) for b in {b for _, b in budgets})
     assert results["overrides"] == {"iterations": 6, "eval_every": 3, "validation_fraction": 0.4}
     assert main([*args, "--workers", "0"]) == 0
     again = capsys.readouterr().out

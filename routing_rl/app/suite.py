@@ -6,12 +6,13 @@ Per task (a dataset of :data:`SUITE`, run in ``<logdir>/<task>``) and seed, thro
 ones resumed; on local worker processes or Ray, each step's runs over every task and seed
 in one sweep so that the workers share them):
 
-1. the static nets' learning rate, chosen on validation (:func:`~routing_rl.app.sweep.select_static_lr`)
-   unless one is given;
+1. the static nets' learning rates: given (one or several), or one chosen on validation
+   (:func:`~routing_rl.app.sweep.select_static_lr`);
 2. static nets with 1, 2, ... columns, until :data:`STATIC_PATIENCE` nets in a row do not beat
    the best shallower one (deeper nets would not change the frontier: it is flat past its best);
-3. the confidence threshold, at the static nets' learning rate; at each k_cpt its budget is
-   the one whose validation cost is lowest;
+   each net at every learning rate, its point the one with the best final validation accuracy;
+3. the confidence threshold at every learning rate; at each k_cpt its point is the (learning
+   rate, budget) whose validation cost is lowest;
 4. the learner at every k_cpt.
 
 Each (task, k_cpt) row, averaged over the seeds: test accuracy, mean MACs, accuracy points
@@ -45,6 +46,9 @@ SUITE = ("hybrid", "cifar2", "cifar5", "cifar10", "hybrid-swap", "hybrid-even", 
 """The suite's tasks, by dataset name (each also a registered env id, see docs/suite.md)."""
 WHERE_ONLY = ("device", "data_dir", "download")
 """Config fields that say where runs train and find their data, not how: left out of the results."""
+STATIC_LRS = (0.1, 0.02)
+"""The static nets' learning rates by default, each net's point the better on validation: one
+rate for every net starves some of them (docs/suite.md, "The static frontier")."""
 STATIC_PATIENCE = 2
 MAX_COLUMNS = 8
 
@@ -72,22 +76,45 @@ def flat(accuracies: Sequence[float], patience: int = STATIC_PATIENCE) -> bool:
     return misses >= patience
 
 
-def train_static(where: dict[str, dict], seeds: Sequence[int], lr_of: dict[str, float], preset: str, log: Callable,
-                 backend: dict) -> dict[tuple[str, int], list[dict]]:
+def validation_accuracy(metrics: dict) -> float:
+    """A run's final validation accuracy."""
+    return metrics["history"][-1]["evaluations"][0]["accuracy"]
+
+
+def lr_tagged(config, lrs: Sequence[float]):
+    """``config`` with ``-lr{lr:g}`` after its run name unless its lr is the first of ``lrs``
+    (so a one-lr suite keeps the plain names)."""
+    if config.lr != lrs[0]:
+        config.run_name += f"-lr{config.lr:g}"
+    return config
+
+
+def train_static(where: dict[str, dict], seeds: Sequence[int], lr_of: dict[str, Sequence[float]], preset: str,
+                 log: Callable, backend: dict) -> dict[tuple[str, int], list[dict]]:
     """Static nets with 1, 2, ... columns per (task, seed) until :func:`flat`; their metrics.
 
-    Round ``c`` trains static-c for every (task, seed) still going in one sweep, so the
-    backend's workers share the tasks' runs.
+    Each net trains at every learning rate of its task, and the one with the best final
+    validation accuracy is its point. Round ``c`` trains static-c for every (task, seed) still
+    going in one sweep, so the backend's workers share the tasks' runs.
     """
     found = {(task, seed): [] for task in where for seed in seeds}
     for columns in range(1, MAX_COLUMNS + 1):
         going = [key for key, metrics in found.items() if not flat([m["test_accuracy"] for m in metrics])]
         if not going:
             break
-        configs = [config for task, seed in going for config in
-                   sweep_configs([], [], [seed], [columns], preset=preset, static_lr=lr_of[task], **where[task])]
-        for key, run_dir in zip(going, run_sweep(configs, log, **backend)):
-            found[key].append(_metrics(run_dir))
+        owners, configs = [], []
+        for task, seed in going:
+            for lr in lr_of[task]:
+                (config,) = sweep_configs([], [], [seed], [columns], preset=preset, static_lr=lr, **where[task])
+                configs.append(lr_tagged(config, lr_of[task]))
+                owners.append((task, seed))
+        chosen: dict[tuple[str, int], dict] = {}
+        for owner, run_dir in zip(owners, run_sweep(configs, log, **backend)):
+            metrics = _metrics(run_dir)
+            if owner not in chosen or validation_accuracy(metrics) > validation_accuracy(chosen[owner]):
+                chosen[owner] = metrics
+        for owner, metrics in chosen.items():
+            found[owner].append(metrics)
     return found
 
 
@@ -97,7 +124,8 @@ def inference_cost(accuracy: float, mean_macs: float, k_cpt: float) -> float:
 
 
 def threshold_cost(threshold: dict, k_cpt: float) -> tuple[float, dict]:
-    """(test cost, test point) of the threshold budget whose validation cost at ``k_cpt`` is lowest."""
+    """(test cost, test point) of the threshold budget (of any learning rate) whose validation cost
+    at ``k_cpt`` is lowest."""
     point = min(threshold["test"], key=lambda p: inference_cost(p["validation_accuracy"], p["validation_mean_macs"], k_cpt))
     return inference_cost(point["accuracy"], point["mean_macs"], k_cpt), point
 
@@ -130,6 +158,7 @@ def learner_point(metrics: dict, frontier: list, threshold: dict) -> dict:
         "cost": inference_cost(test["accuracy"], test["mean_macs"], k_cpt),
         "threshold_cost": reference,
         "threshold_budget": reference_point["budget"],
+        "threshold_lr": reference_point["lr"],
         "validation_accuracy": validation,
         "validation_test_gap": None if validation is None else validation - test["accuracy"],
         "source_accuracy": test.get("source_accuracy", {}),
@@ -156,14 +185,15 @@ def average(points: list[dict]) -> dict:
 
 
 def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Sequence[float] = (4e-9,), seeds: Sequence[int] = (0,),
-              preset: str = "quick", policy: str | None = None, static_lr: float | str = "auto",
+              preset: str = "quick", policy: str | None = None, static_lr: Sequence[float] | str = STATIC_LRS,
               lr_candidates: Sequence[float] = LR_CANDIDATES, lr_iterations: int = 400, logdir: str = "runs/suite",
               log: Callable = print, backend: dict | None = None, **machine) -> dict:
     """Train and judge each of ``agents`` over ``tasks`` (see the module docstring); the
     results, JSON-ready, a row per (task, learner, k_cpt). The learners share the static nets
     and the threshold of each task and seed.
 
-    ``static_lr``: ``"auto"`` (chosen on validation per task) or a number. ``backend``: where
+    ``static_lr``: ``"auto"`` (one chosen on validation per task) or learning rates to train each
+    static net and the threshold at. ``backend``: where
     the runs train (:func:`~routing_rl.app.sweep.run_sweep`'s ``workers``, ``ray``,
     ``runs_per_gpu``; default: one after another in this process). ``machine``: further config
     fields shared by every run (``device``, ``data_dir``, ``iterations``, ``validation_fraction``...).
@@ -173,20 +203,24 @@ def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Seque
     where = {task: dict(machine, dataset=task, logdir=str(Path(logdir) / task)) for task in tasks}
     lr_of = {}
     for task in tasks:
-        log(f"== {task}: static learning rate")
-        lr_of[task] = static_lr if static_lr != "auto" else select_static_lr(
-            lr_candidates, lr_iterations, preset=preset, seed=seeds[0], log=log, backend=backend, **where[task])
+        if static_lr == "auto":
+            log(f"== {task}: static learning rate")
+            lr_of[task] = [select_static_lr(lr_candidates, lr_iterations, preset=preset, seed=seeds[0], log=log,
+                                            backend=backend, **where[task])]
+        else:
+            lr_of[task] = list(static_lr)
     log("== static nets")
     static = train_static(where, seeds, lr_of, preset, log, backend)
     log(f"== threshold and {', '.join(agents)}")
     planned, configs = [], []
     for task in tasks:
         for seed in seeds:
-            threshold = sweep_configs(["threshold"], [k_cpts[0]], [seed], preset=preset, lr=lr_of[task], **where[task])
+            threshold = [lr_tagged(config, lr_of[task]) for lr in lr_of[task] for config in
+                         sweep_configs(["threshold"], [k_cpts[0]], [seed], preset=preset, lr=lr, **where[task])]
             learners = sweep_configs(agents, k_cpts, [seed], preset=preset, policy=policy, **where[task])
             for config in learners:  # learners with other policies share the logdir (and its static nets)
                 config.run_name += f"-{config.resolved_policy}"
-            planned.append((task, seed, len(learners)))
+            planned.append((task, seed, len(threshold), len(learners)))
             configs += threshold + learners
     run_dirs = iter(run_sweep(configs, log, **backend))
     results = {"agents": list(agents), "policy": policy, "preset": preset, "k_cpts": [float(k) for k in k_cpts],
@@ -194,17 +228,18 @@ def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Seque
                "tasks": {task: {"static_lr": lr_of[task], "static": {}, "frontier": {}, "threshold": {}, "rows": []}
                          for task in tasks}}
     rows: dict[str, dict[tuple[str, float], list[dict]]] = {task: {} for task in tasks}
-    for task, seed, count in planned:
-        threshold = _metrics(next(run_dirs))
+    for task, seed, lrs, count in planned:
+        threshold = {"test": [dict(p, lr=m["config"]["lr"]) for m in (_metrics(next(run_dirs)) for _ in range(lrs))
+                              for p in m["test"]]}
         frontier = static_frontier((m["test_mean_macs"], m["test_accuracy"]) for m in static[task, seed])
         for _ in range(count):
             point = learner_point(_metrics(next(run_dirs)), frontier, threshold)
             rows[task].setdefault((point["agent"], point["k_cpt"]), []).append(point)
         out = results["tasks"][task]
         out["frontier"][seed] = frontier
-        out["static"][seed] = [{"arch": m["arch"], "test_accuracy": m["test_accuracy"], "mean_macs": m["test_mean_macs"],
+        out["static"][seed] = [{"arch": m["arch"], "lr": m["config"]["lr"], "test_accuracy": m["test_accuracy"], "mean_macs": m["test_mean_macs"],
                                 "source_accuracy": m["test"][0].get("source_accuracy", {})} for m in static[task, seed]]
-        out["threshold"][seed] = [{k: p[k] for k in ("budget", "accuracy", "mean_macs", "validation_accuracy",
+        out["threshold"][seed] = [{k: p[k] for k in ("lr", "budget", "accuracy", "mean_macs", "validation_accuracy",
                                                      "validation_mean_macs")} for p in threshold["test"]]
     for task in tasks:
         results["tasks"][task]["rows"] = [average(points) for points in rows[task].values()]
@@ -249,9 +284,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--tasks", nargs="+", default=list(SUITE), help=f"suite tasks (default: {' '.join(SUITE)})")
     parser.add_argument("--k-cpts", nargs="+", type=float, default=[4e-9, 1.6e-8], help="k_cpt values (default: 4e-9 1.6e-8)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (default: 0)")
-    parser.add_argument("--static-lr", type=static_lr_flag, default="auto",
-                        help="learning rate of the static nets and the threshold, or 'auto' to choose it on validation "
-                             "per task (default: auto)")
+    parser.add_argument("--static-lr", nargs="+", type=static_lr_flag, default=list(STATIC_LRS),
+                        help="learning rates of the static nets and the threshold; several: each trains at each, the best "
+                             "on validation is its point; auto: one chosen on validation per task by static-8 trials "
+                             f"(default: {' '.join(map(str, STATIC_LRS))})")
     parser.add_argument("--lr-candidates", nargs="+", type=float, default=list(LR_CANDIDATES),
                         help=f"learning rates --static-lr auto tries (default: {' '.join(map(str, LR_CANDIDATES))})")
     parser.add_argument("--lr-iterations", type=int, default=400, help="iterations of each --static-lr auto trial (default: 400)")
@@ -278,10 +314,13 @@ def _suite(args, prog: str, argv: list[str] | None) -> int:
     agents = list(dict.fromkeys(AGENT_ALIASES.get(agent, agent) for agent in args.agent))
     if "static" in agents:
         raise RunError("the suite trains the static nets itself; give learners with --agent")
+    if "auto" in args.static_lr and len(args.static_lr) > 1:
+        raise RunError("--static-lr takes learning rates or auto alone, not both")
+    static_lr = "auto" if args.static_lr == ["auto"] else list(dict.fromkeys(args.static_lr))
     machine = dict(device=args.device, data_dir=args.data_dir, download=args.download,
                    validation_fraction=args.validation_fraction, **schedule_fields(args))
     try:
-        results = run_suite(agents, args.tasks, args.k_cpts, args.seeds, args.preset, args.policy, args.static_lr,
+        results = run_suite(agents, args.tasks, args.k_cpts, args.seeds, args.preset, args.policy, static_lr,
                             args.lr_candidates, args.lr_iterations, args.logdir,
                             backend=backend(args, [make_config(args.preset, device=args.device)]), **machine)
     except DataNotFoundError as error:
