@@ -18,7 +18,11 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
   (``--execution full``; see :mod:`~routing_rl.envs.joint`), each image's loss weighing the
   head its path reached by ``1 - uniform_weight`` and every head by ``uniform_weight / L``
   (``--uniform-weight``, 0.25), so the heads the agent uses train most and none starves
-  while ε = 1 reaches column k with probability 2^-k.
+  while ε = 1 reaches column k with probability 2^-k. Known limit: on the task suite's
+  hybrid-hard-digits and hybrid-swap (``quick``, seed 0) this training leaves DQN's heads far
+  weaker than the critic's full-tree training makes them (exit 2: 55% against 80% on swap),
+  and DQN 4-22 points under the static frontier; share 0 and lr 0.02 do not change it
+  (``docs/suite.md``, Results).
 * ``side_heads`` (DQN, on by default): the env also reports, for every junction a path went
   on from, the exit it did not take with the reward that exit would have earned (its head
   is a linear layer on features the path computed anyway), and DQN replays those terminal
