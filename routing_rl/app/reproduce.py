@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt
 
 from routing_rl.app.figures import check_out_folder, write_figures
 from routing_rl.app.plots import accuracy_macs_figure
-from routing_rl.app.runs import METRICS_FILE, RunError, has_checkpoint
+from routing_rl.app.runs import METRICS_FILE, RunError, final_validation_accuracy, has_checkpoint
 from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, add_schedule_arguments, backend,
                                   exit_status, run_sweep, schedule_fields, select_static_lr, sweep_configs)
 from routing_rl.core.memory import retain_freed_memory
@@ -238,10 +238,6 @@ def train_accuracy(run_dir: Path | None, tail: float = 0.1) -> float | None:
     return statistics.fmean(values[-max(1, round(tail * len(values))):]) if values else None
 
 
-def validation_accuracy(run: dict) -> float:
-    return run["history"][-1]["evaluations"][0]["accuracy"]
-
-
 def best_static_lr(points: list[Point]) -> list[Point]:
     """Of a static net trained at several learning rates (``--static-lr A B``), the one with
     the best final validation accuracy per seed (a tie: the first listed), as a point of the
@@ -254,7 +250,7 @@ def best_static_lr(points: list[Point]) -> list[Point]:
             continue
         untagged = dataclasses.replace(point.series, tag="")
         key = (untagged.folder, point.run["arch"], point.seed)
-        if key not in best or validation_accuracy(point.run) > validation_accuracy(best[key].run):
+        if key not in best or final_validation_accuracy(point.run) > final_validation_accuracy(best[key].run):
             best[key] = dataclasses.replace(point, series=untagged)
     return others + list(best.values())
 

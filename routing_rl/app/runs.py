@@ -343,6 +343,12 @@ def train(
             distributed.stop()
 
 
+def final_validation_accuracy(metrics: dict) -> float | None:
+    """A run's accuracy at its last validation (``metrics.json``'s history; None without one)."""
+    history = metrics.get("history") or []
+    return history[-1]["evaluations"][0]["accuracy"] if history and history[-1].get("evaluations") else None
+
+
 def finished_metrics(run_dir: Path) -> dict:
     """The metrics of a complete run (said on stderr); RunError naming a damaged file."""
     path = Path(run_dir) / METRICS_FILE

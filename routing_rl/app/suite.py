@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from routing_rl.app.frontier import frontier_margin, static_frontier
-from routing_rl.app.runs import METRICS_FILE, RunError
+from routing_rl.app.runs import METRICS_FILE, RunError, final_validation_accuracy
 from routing_rl.app.sweep import (LR_CANDIDATES, add_backend_arguments, add_schedule_arguments, backend, exit_status,
                                   run_sweep, schedule_fields, select_static_lr, static_lr_flag, sweep_configs)
 from routing_rl.app.summary import SOURCE_NAMES
@@ -76,11 +76,6 @@ def flat(accuracies: Sequence[float], patience: int = STATIC_PATIENCE) -> bool:
     return misses >= patience
 
 
-def validation_accuracy(metrics: dict) -> float:
-    """A run's final validation accuracy."""
-    return metrics["history"][-1]["evaluations"][0]["accuracy"]
-
-
 def lr_tagged(config, lrs: Sequence[float]):
     """``config`` with ``-lr{lr:g}`` after its run name unless its lr is the first of ``lrs``
     (so a one-lr suite keeps the plain names)."""
@@ -111,7 +106,7 @@ def train_static(where: dict[str, dict], seeds: Sequence[int], lr_of: dict[str, 
         chosen: dict[tuple[str, int], dict] = {}
         for owner, run_dir in zip(owners, run_sweep(configs, log, **backend)):
             metrics = _metrics(run_dir)
-            if owner not in chosen or validation_accuracy(metrics) > validation_accuracy(chosen[owner]):
+            if owner not in chosen or final_validation_accuracy(metrics) > final_validation_accuracy(chosen[owner]):
                 chosen[owner] = metrics
         for owner, metrics in chosen.items():
             found[owner].append(metrics)
@@ -145,8 +140,7 @@ def learner_point(metrics: dict, frontier: list, threshold: dict) -> dict:
     """One learner run's row at its k_cpt (see the module docstring)."""
     k_cpt = float(metrics["k_cpt"])
     test = metrics["test"][0]
-    history = metrics.get("history") or []
-    validation = history[-1]["evaluations"][0]["accuracy"] if history and history[-1].get("evaluations") else None
+    validation = final_validation_accuracy(metrics)
     reference, reference_point = threshold_cost(threshold, k_cpt)
     return {
         "run": metrics["run"],
@@ -193,9 +187,9 @@ def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Seque
     and the threshold of each task and seed.
 
     ``static_lr``: ``"auto"`` (one chosen on validation per task) or learning rates to train each
-    static net and the threshold at. ``backend``: where
-    the runs train (:func:`~routing_rl.app.sweep.run_sweep`'s ``workers``, ``ray``,
-    ``runs_per_gpu``; default: one after another in this process). ``machine``: further config
+    static net and the threshold at. ``backend``: where the runs train
+    (:func:`~routing_rl.app.sweep.run_sweep`'s ``workers``, ``ray``, ``runs_per_gpu``;
+    default: one after another in this process). ``machine``: further config
     fields shared by every run (``device``, ``data_dir``, ``iterations``, ``validation_fraction``...).
     """
     tasks = check_tasks(tasks)
@@ -229,8 +223,11 @@ def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Seque
                          for task in tasks}}
     rows: dict[str, dict[tuple[str, float], list[dict]]] = {task: {} for task in tasks}
     for task, seed, lrs, count in planned:
-        threshold = {"test": [dict(p, lr=m["config"]["lr"]) for m in (_metrics(next(run_dirs)) for _ in range(lrs))
-                              for p in m["test"]]}
+        budgets = []  # every learning rate's budgets, each tagged with its rate
+        for _ in range(lrs):
+            metrics = _metrics(next(run_dirs))
+            budgets += [dict(point, lr=metrics["config"]["lr"]) for point in metrics["test"]]
+        threshold = {"test": budgets}
         frontier = static_frontier((m["test_mean_macs"], m["test_accuracy"]) for m in static[task, seed])
         for _ in range(count):
             point = learner_point(_metrics(next(run_dirs)), frontier, threshold)

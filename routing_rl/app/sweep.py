@@ -20,7 +20,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from routing_rl.app.runs import METRICS_FILE, RunError, has_checkpoint, has_results, read_run, task_for
+from routing_rl.app.runs import (METRICS_FILE, RunError, final_validation_accuracy, has_checkpoint, has_results,
+                                read_run, task_for)
 from routing_rl.app.workers import default_workers, gpu_slots, in_this_process, local_workers, ray_tasks, uses_gpus
 from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, make_config
 from routing_rl.training.interrupt import Interrupted, handling_signals
@@ -197,8 +198,7 @@ def select_static_lr(
         configs.append(config)
     accuracies = []
     for run_dir in run_sweep(configs, log, **(backend or {})):
-        history = json.loads((run_dir / METRICS_FILE).read_text())["history"]
-        accuracies.append(history[-1]["evaluations"][0]["accuracy"])
+        accuracies.append(final_validation_accuracy(json.loads((run_dir / METRICS_FILE).read_text())))
     best = max(range(len(candidates)), key=lambda i: (accuracies[i], -i))
     log(f"static learning rate chosen on validation: {candidates[best]:g} "
         f"({', '.join(f'lr {lr:g}: {a:.4f}' for lr, a in zip(candidates, accuracies))})")
