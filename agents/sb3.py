@@ -13,16 +13,19 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
 
 * ``agent`` dqn / ppo / a2c; DQN explores ε-greedily (``--policy eps-greedy``): SB3's linear
   schedule from ε = 1 down to ``epsilon`` over the first ``exploration_fraction`` of the
-  budget; PPO and A2C sample their own softmax policy. Exploration does not decide alone
-  which heads learn: the env's joint training runs on the full tree by default
-  (``--execution full``; see :mod:`~routing_rl.envs.joint`), each image's loss weighing the
-  head its path reached by ``1 - uniform_weight`` and every head by ``uniform_weight / L``
-  (``--uniform-weight``, 0.25), so the heads the agent uses train most and none starves
-  while ε = 1 reaches column k with probability 2^-k. Known limit: on the task suite's
-  hybrid-hard-digits and hybrid-swap (``quick``, seed 0) this training leaves DQN's heads far
-  weaker than the critic's full-tree training makes them (exit 2: 55% against 80% on swap),
-  and DQN 4-22 points under the static frontier; share 0 and lr 0.02 do not change it
-  (``docs/suite.md``, Results).
+  budget; PPO and A2C sample their own softmax policy. Exploration does not decide which
+  heads learn: the env's joint training runs on the full tree (``--execution full``; see
+  :mod:`~routing_rl.envs.joint`) with every head's cross-entropy weighing 1 on every image
+  (``--uniform-weight 1``) at lr 0.02 (``JOINT_LR``): the multi-exit net the confidence
+  threshold trains, at the rate its validation chose on hybrid, hybrid-swap and
+  hybrid-hard-digits. Chosen across the task suite (``docs/suite.md``, "DQN: the env trains
+  its net as the threshold does"): the earlier weighting by the agent's own paths (0.75 on
+  the reached head, 0.25/8 on each, lr 0.1, found on hybrid) fed back on itself — heads the
+  agent avoided stopped learning, so it kept avoiding them — and left DQN 16 and 22 points
+  under the static frontier on hard-digits and swap (``quick``, seed 0, k_cpt 4e-9); with
+  every head alike at lr 0.02 the same runs reach 77.97% (+10.28) and 82.34% (+2.67), routing
+  the hard digits deep and CIFAR early. The agent's weighting at lr 0.02 (-23.72 points on
+  swap), or each head at 1/8 of the loss at lr 0.1 (-12.17), did not do it.
 * ``side_heads`` (DQN, on by default): the env also reports, for every junction a path went
   on from, the exit it did not take with the reward that exit would have earned (its head
   is a linear layer on features the path computed anyway), and DQN replays those terminal

@@ -8,17 +8,23 @@ executions (``JointTraining.execution``):
 
 * ``full`` (the default) — every column and every head on the whole batch. Each example's
   loss is a weighted sum of the heads' cross-entropies: the leaf its recorded path reached
-  weighs ``1 - uniform_weight`` and every leaf ``uniform_weight / L`` besides (TALR and
-  c_mod see each node reached by the weight of the leaves below it). So the heads learn in
-  proportion to how the agent uses them — the one-sample estimate of the paper's full-tree
-  loss, whose leaves weigh their path probabilities — and no head ever starves: an agent
-  that explores ε-greedily from ε = 1 sends an example past column k with probability 2^-k,
-  and on its paths alone the deep heads would stay bad (the agent then learns, rightly,
-  that they are bad, and exits early for good — the collapse of issue 10). With
-  ``uniform_weight = 1`` every leaf weighs 1/L whatever the agent does: a compromise of
-  eight heads whose every exit is weaker than a static net of its depth (exit 3: 90-91%
-  against static-3's 93.6% on hybrid, cpu-small). Costs one static-8 step per image, as
-  the actor's full tree does.
+  weighs 1 and every other leaf ``uniform_weight`` (TALR and c_mod see a node reached with
+  the weight of the leaves below it, at most 1). With the default ``uniform_weight = 1``
+  every head weighs 1 whatever the agent does, which is exactly how the confidence threshold
+  trains its chain, at the threshold's validated learning rate (``JOINT_LR``, 0.02): the
+  features do not depend on the agent's exploration. Why not weigh heads as the agent uses
+  them (``uniform_weight`` < 1; before the task suite each example's loss was 0.75 on the reached
+  head and 0.25/L on every head):
+  the heads an agent avoids then stop learning, and an agent that learns from poor heads
+  avoids them — a loop. On hybrid-swap (``quick``, seed 0, DQN, k_cpt 4e-9) the agent sent
+  90% of the digits to exit 1 and exits 6-8 stayed at chance on digits (21%) while they
+  learned the photos (63-65%); it ended 21.55 points under the static frontier, with every
+  head weak (exit 2: 55%, the critic's 80%). Under a fixed random policy for 400 updates
+  the one-sample weights left every head at chance on the digits, the exact path
+  probabilities at 21-42%, where a static-2 net reads 52% at the same point: a loss spread
+  over eight heads by the agent's exploration learns the minority source slowly, and the
+  high-lr part of the schedule is spent before the agent commits. Costs one static-8 step
+  per image, as the actor's full tree does.
 * ``sampled`` — the recorded paths replayed with :func:`routing_rl.core.execution.route` (a
   ``decide`` that returns the recorded sinks): each node learns from the examples the agent
   sent there, as in the paper's sampled-decision training.
@@ -60,7 +66,7 @@ import torch.nn.functional as F
 from routing_rl.core.execution import Junction, route
 from routing_rl.core.graph import RoutedNet
 from routing_rl.training.batchnorm import fresh_statistics
-from routing_rl.training.config import EXECUTIONS, TrainConfig
+from routing_rl.training.config import EXECUTIONS, JOINT_LR, TrainConfig
 from routing_rl.training.guard import check_finite
 from routing_rl.training.sgd import RoutedSGD, SGDOptions, leaf_errors
 
@@ -72,10 +78,12 @@ class JointTraining(SGDOptions):
 
     batch_size: finished episodes per optimiser step. augment: shift and flip training images
     (the paper's augmentation). execution: ``full`` (every head on every image) or
-    ``sampled`` (the agent's paths only). uniform_weight: on the full tree, the share of each
-    example's loss spread evenly over the heads; the rest goes to the head its path reached.
+    ``sampled`` (the agent's paths only). uniform_weight: on the full tree, every head's
+    weight in each example's loss beside the reached head's 1 (1: every head alike). The
+    learning rate defaults to ``JOINT_LR`` (0.02), not the paper's learners' 0.1.
     """
 
+    lr: float = JOINT_LR
     batch_size: int = TrainConfig.batch_size
     augment: bool = True
     execution: str = TrainConfig.execution
@@ -86,8 +94,8 @@ class JointTraining(SGDOptions):
             raise ValueError(f"unknown joint-training execution {self.execution!r}; "
                              f"choose one of {', '.join(EXECUTIONS)}")
         if not 0.0 <= self.uniform_weight <= 1.0:
-            raise ValueError(f"uniform_weight {self.uniform_weight} is not a share; choose one in [0, 1] "
-                             "(1: every head weighs the same, 0: only the heads the agent reached)")
+            raise ValueError(f"uniform_weight {self.uniform_weight} is not a weight in [0, 1]; choose one "
+                             "(1: every head weighs the same, 0: only the head the agent reached)")
 
 
 class FeatureTrainer:
@@ -155,7 +163,7 @@ class FeatureTrainer:
             if self.options.execution == "full":
                 weights = self.leaf_weights(decisions).to(device)
                 c_err = (leaf_errors(self.net, self.net(images, k_cpt), labels) * weights).sum(1).mean()
-                reach = weights @ self.on_leaf_path
+                reach = self.node_reach(weights)
             else:
                 routed = route(self.net, images, replay, k_cpt)
                 c_err = F.cross_entropy(routed.logits, labels)
@@ -175,13 +183,18 @@ class FeatureTrainer:
 
     def leaf_weights(self, decisions: np.ndarray) -> torch.Tensor:
         """``(b, L)`` each leaf's weight in the full-tree loss of the examples whose recorded
-        sinks are ``decisions`` ``(b, J)``; every row sums to 1."""
+        sinks are ``decisions`` ``(b, J)``: 1 for the leaf reached, ``uniform_weight`` for the others."""
         reached = np.ones((len(decisions), len(self.net.leaves)), dtype=bool)
         for column, leaf in enumerate(self.net.leaves):
             for junction, sink in self.net.path[leaf]:
                 reached[:, column] &= decisions[:, self.junction_index[junction]] == sink
-        share = self.options.uniform_weight
-        return (1.0 - share) * torch.from_numpy(reached).to(self.on_leaf_path) + share / len(self.net.leaves)
+        others = self.options.uniform_weight
+        return (1.0 - others) * torch.from_numpy(reached).to(self.on_leaf_path) + others
+
+    def node_reach(self, weights: torch.Tensor) -> torch.Tensor:
+        """``(b, N)`` each node's reach for TALR and c_mod, from leaf weights ``(b, L)``: the
+        weight of the leaves below it, at most 1 (a node every head reads is reached once)."""
+        return (weights @ self.on_leaf_path).clamp(max=1.0)
 
     def _refresh_statistics(self, images: torch.Tensor, replay, k_cpt) -> None:
         """Every batch-norm layer's running statistics become those of ``images`` under the

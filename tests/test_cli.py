@@ -102,7 +102,7 @@ def test_sweep_skips_finished_runs_and_resumes_interrupted_ones(tiny_data, cache
 
 def test_sweep_gives_static_nets_their_own_learning_rate():
     configs = sweep_configs(["actor"], [4e-9], static_columns=[2, 8], preset="smoke", static_lr=0.02)
-    assert {c.run_name: c.lr for c in configs} == {"static-static-2-k4e-09-s0": 0.02, "static-static-8-k4e-09-s0": 0.02,
+    assert {c.run_name: c.resolved_lr for c in configs} == {"static-static-2-k4e-09-s0": 0.02, "static-static-8-k4e-09-s0": 0.02,
                                                    "actor-chain-k4e-09-s0": 0.1}
 
 

@@ -17,6 +17,7 @@ import routing_rl  # noqa: F401  (registers the ids)
 from routing_rl.core.costs import error_cost
 from routing_rl.core.k_cpt import K_CPT_SCALE, K_CPT_VALUES
 from routing_rl.data import SOURCES, RoutingDataset, Split
+from routing_rl.training.config import JOINT_LR, TrainConfig
 from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import route
 from routing_rl.nets.multiscale import chain, static
@@ -244,7 +245,7 @@ def test_joint_training_trains_transforms_and_heads_only_in_train_mode(dataset):
     assert not any(".router." in k and "running" not in k and "num_batches" not in k for k in changed), \
         "router weights get no gradient"
     assert set(vec_env.trainer.last) == {"losses/c_err", "losses/c_mod", "charts/lr"}
-    assert vec_env.trainer.lr() == pytest.approx(0.1 * 0.5 ** (2 / joint.lr_half_life))
+    assert vec_env.trainer.lr() == pytest.approx(JOINT_LR * 0.5 ** (2 / joint.lr_half_life))
 
     vec_env.eval()
     frozen = {k: v.clone() for k, v in net.state_dict().items()}
@@ -299,24 +300,35 @@ def test_side_exits_are_the_transitions_the_exit_would_have_made(dataset):
     assert exiting.traffic.take_side_exits() is None, "only while training"
 
 
-def test_full_tree_loss_weighs_each_head_by_the_agents_use_of_it(dataset):
-    """Each example's leaf weights: 1 - u + u/L at the leaf its path reached, u/L elsewhere;
-    the nodes' reach is the weight of the leaves below them."""
+def test_full_tree_loss_weighs_the_reached_head_1_and_every_other_head_the_uniform_weight(dataset):
+    """Each example's leaf weights: 1 at the leaf its path reached, u elsewhere; a node's
+    reach is the weight of the leaves below it, at most 1."""
     trainer = RoutingSB3VecEnv(4, dataset=dataset, train=True, joint=JointTraining(batch_size=4, uniform_weight=0.2),
                                seed=0).trainer
     exits = np.array([0, 2, 7])  # heads 1, 3 and 8 of the chain
     decisions = np.where(np.arange(7)[None, :] < exits[:, None], 1, np.where(np.arange(7)[None, :] == exits[:, None], 0, -1))
     weights = trainer.leaf_weights(decisions)
-    expected = np.full((3, 8), 0.2 / 8)
-    expected[np.arange(3), exits] += 0.8
+    expected = np.full((3, 8), 0.2)
+    expected[np.arange(3), exits] = 1.0
     np.testing.assert_allclose(weights.numpy(), expected, rtol=1e-6)
-    reach = (weights @ trainer.on_leaf_path).numpy()
+    reach = trainer.node_reach(weights).numpy()
     column = {name: k for k, name in enumerate(trainer.net.order)}
-    np.testing.assert_allclose(reach[:, column["col1"]], 1.0, rtol=1e-6)  # every path starts there
+    np.testing.assert_allclose(reach[:, column["col1"]], 1.0, rtol=1e-6)  # every head reads it
     np.testing.assert_allclose(reach[:, column["exit8"]], expected[:, 7], rtol=1e-6)
-    np.testing.assert_allclose(reach[:, column["col3"]], expected[:, 2:].sum(1), rtol=1e-6)
+    np.testing.assert_allclose(reach[:, column["col7"]], [0.4, 0.4, 1.0], rtol=1e-6)  # exits 7 and 8 below it
     with pytest.raises(ValueError, match="uniform_weight"):
         JointTraining(uniform_weight=1.5)
+
+
+def test_joint_training_defaults_to_every_head_alike_at_the_joint_lr():
+    """The env trains its net as the threshold trains its chain: every head weighs 1, lr 0.02;
+    the paper's learners keep 0.1, and an lr given explicitly wins for every agent."""
+    assert JointTraining().uniform_weight == 1.0 and JointTraining().lr == JOINT_LR == 0.02
+    assert TrainConfig(agent="dqn").resolved_lr == 0.02 and TrainConfig(agent="ppo").resolved_lr == 0.02
+    assert TrainConfig(agent="actor").resolved_lr == 0.1 and TrainConfig(agent="threshold").resolved_lr == 0.1
+    assert TrainConfig(agent="dqn", lr=0.05).resolved_lr == 0.05
+    assert JointTraining.from_config(TrainConfig(agent="a2c")).lr == 0.02
+    assert JointTraining.from_config(TrainConfig(agent="a2c", lr=0.1)).lr == 0.1
 
 
 @pytest.mark.parametrize("execution", ["full", "sampled"])
@@ -419,7 +431,8 @@ def test_real_hybrid_joint_training_rewards_track_the_training_cross_entropy(rea
 
     torch.manual_seed(0)
     hybrid = load_dataset("hybrid", data_dir=real_data_dir, cache_dir=real_cache_dir, download=False)
-    vec_env = RoutingSB3VecEnv(128, dataset=hybrid, train=True, seed=0)
+    # the reached head alone in the loss (uniform_weight 0), so the loss trained is the error charged
+    vec_env = RoutingSB3VecEnv(128, dataset=hybrid, train=True, seed=0, joint=JointTraining(uniform_weight=0.0, lr=0.1))
     layout, trainer = vec_env.layout, vec_env.trainer
     leaves = len(vec_env.net.leaves)
     rng = np.random.default_rng(0)
@@ -440,7 +453,7 @@ def test_real_hybrid_joint_training_rewards_track_the_training_cross_entropy(rea
     # at most 2.3), on average within 15% over the last 20 updates (measured 6%)
     assert np.all((charged < 2.5 * trained) & (trained < 2.5 * charged)), np.round([charged, trained], 2).tolist()
     assert charged[-20:].mean() == pytest.approx(trained[-20:].mean(), rel=0.15)
-    # each example's loss falls mostly on its own head, so one batch's loss swings (measured
+    # each example's loss falls on its own head, so one batch's loss swings (measured
     # 3.8 over the first five updates, 2.6 over the last ten)
     assert trained[-10:].mean() < 0.8 * trained[:5].mean(), "the network learned"
 

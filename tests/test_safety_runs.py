@@ -19,7 +19,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from routing_rl.app import runs
 from routing_rl.app.cli import main
-from routing_rl.app.sweep import run_sweep, select_static_lr, sweep_configs
+from routing_rl.training.config import TrainConfig
+from routing_rl.app.sweep import config_differences, run_sweep, select_static_lr, sweep_configs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -247,7 +248,7 @@ def test_a_damaged_checkpoint_is_refused_on_resume(damage, finished, capsys):
     "edit, message",
     [
         (lambda text: text[: len(text) // 2], "is not a valid run config"),
-        (lambda text: text.replace('"lr": 0.1', '"lr": "fast"'), "lr must be a number, got 'fast'"),
+        (lambda text: text.replace('"lr": null', '"lr": "fast"'), "lr must be a number or null, got 'fast'"),
         (lambda text: text.replace('"momentum": 0.9', '"momentum": -1'), "momentum must be in [0, 1)"),
         (lambda text: text.replace('"run_name": "run"', '"run_name": ".."'), "run_name must be one folder name"),
         (lambda text: "[1, 2]", "it holds a JSON list"),
@@ -303,6 +304,14 @@ def test_a_sweep_skips_only_runs_made_with_the_same_settings(tiny_data, tmp_path
     log = []
     run_sweep(sweep(tiny_data, tmp_path, dataset="mnist", device="cpu"), log=log.append)  # machine settings may differ
     assert "complete, skipped" in log[0]
+
+
+def test_a_default_lr_saved_as_its_value_is_the_same_run():
+    """Configs saved before lr's default became None hold 0.1 (0.02 for the SB3 agents' is new):
+    a sweep still skips or resumes them; another lr is still another run."""
+    assert config_differences(TrainConfig(agent="actor", lr=0.1), TrainConfig(agent="actor")) == []
+    assert config_differences(TrainConfig(agent="dqn", lr=0.02), TrainConfig(agent="dqn")) == []
+    assert config_differences(TrainConfig(agent="dqn", lr=0.1), TrainConfig(agent="dqn")) == ["lr 0.1 (saved) vs 0.02 (asked)"]
 
 
 def test_static_lr_selection_is_on_validation_deterministic_and_resumable(tiny_data, tmp_path):

@@ -43,7 +43,7 @@ HELP = {
     "preset": "schedule preset: " + ", ".join(PRESETS),
     "iterations": "training iterations, each one optimiser step on batch-size training images (every agent)",
     "batch_size": "training images per iteration",
-    "lr": "initial SGD learning rate",
+    "lr": "initial SGD learning rate (default: 0.1; the SB3 agents' joint training: 0.02)",
     "lr_half_life": "iterations for the learning rate to halve",
     "momentum": "SGD momentum",
     "tau": "initial softmax temperature of the training routing policy (default: 1.0 actor, 0.1 critics)",
@@ -66,8 +66,8 @@ HELP = {
                  "sampled: critics compute only the sampled paths; for dqn, ppo, a2c: how the env trains the features)",
     "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is "
                   "computed); dqn: also replay those exits, with the rewards they would have earned",
-    "uniform_weight": "dqn, ppo, a2c: share of each image's loss spread evenly over the heads in the env's full-tree "
-                      "joint training; the rest goes to the head the agent's path reached (1: all heads alike)",
+    "uniform_weight": "dqn, ppo, a2c: in the env's full-tree joint training, every head's weight in each image's loss "
+                      "beside the weight 1 of the head the agent's path reached (1: all heads alike, as the threshold trains)",
     "error_cost": "c_err: cross_entropy or zero_one",
     "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant)",
     "probability_floor": "smallest routing probability of any sink during training",
@@ -154,7 +154,7 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
             converter = _non_negative_int
         elif kind is int or field.name in ("eval_examples", "train_examples", "latency_batch"):
             converter = _positive_int
-        elif kind is float or field.name in ("tau", "epsilon"):
+        elif kind is float or field.name in ("lr", "tau", "epsilon"):
             converter = _number
         else:
             converter = str

@@ -434,7 +434,7 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
         if "without overflow" in str(error):  # a step size float32 cannot hold: the NaN guard's advice
             sb3_lr = config.sb3_kwargs.get("learning_rate")
             also = f" or learning_rate in --sb3-kwargs (now {sb3_lr:g})" if sb3_lr is not None else ""
-            raise RunError(f"{run_dir}: a training step overflowed float32 ({error}); lower --lr (now {config.lr:g}){also} "
+            raise RunError(f"{run_dir}: a training step overflowed float32 ({error}); lower --lr (now {config.resolved_lr:g}){also} "
                            "and start again with --overwrite") from None
         if not isinstance(error, torch.OutOfMemoryError) and not any(m in str(error) for m in OUT_OF_MEMORY):
             raise

@@ -84,6 +84,7 @@ def sweep_configs(
 def config_differences(saved: TrainConfig, wanted: TrainConfig) -> list[str]:
     """``"field saved (here) vs wanted"`` for every setting of the experiment that differs."""
     have, want = dataclasses.asdict(saved), dataclasses.asdict(wanted)
+    have["lr"], want["lr"] = saved.resolved_lr, wanted.resolved_lr  # runs saved before lr's default was None hold 0.1
     return [f"{name} {have[name]!r} (saved) vs {want[name]!r} (asked)"
             for name in want if name not in IGNORED_IN_COMPARISON and have[name] != want[name]]
 

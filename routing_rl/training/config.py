@@ -49,6 +49,12 @@ SCORE_STARTS = ("guess", "zero")
 PRESETS = ("smoke", "quick", "cpu-small", "paper")
 DEFAULT_PRESET = "quick"
 SB3_AGENTS = ("dqn", "ppo", "a2c")
+LR = 0.1
+"""The initial learning rate of the paper's learners (static, actor, critics, threshold)."""
+JOINT_LR = 0.02
+"""The initial learning rate of the env's joint training under the SB3 agents: every head's
+loss summed, as the confidence threshold trains its chain, whose validated rate is 0.02 on
+hybrid, hybrid-swap and hybrid-hard-digits (``envs/joint.py`` says why)."""
 RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
 
@@ -99,7 +105,7 @@ RANGES = {  # field: ((low, inclusive), (high, inclusive), what to say)
     "epsilon_half_life": _POSITIVE, "router_lr_scale": _POSITIVE, "k_dec": _NON_NEGATIVE, "k_ure": _NON_NEGATIVE, "k_l2": _NON_NEGATIVE,
     "momentum": ((0, True), (1, False), "in [0, 1)"),
     "epsilon": ((0, True), (1, True), "in [0, 1]"),
-    "uniform_weight": ((0, True), (1, True), "in [0, 1] (1: every head weighs the same, 0: only the heads the agent reached)"),
+    "uniform_weight": ((0, True), (1, True), "in [0, 1] (1: every head weighs the same, 0: only the head the agent reached)"),
     "probability_floor": ((0, False), (1, False), "in (0, 1), so that no path has zero probability"),
     "validation_fraction": ((0, False), (1, False), "in (0, 1)"),
 }
@@ -173,7 +179,7 @@ class TrainConfig:
     preset: str = DEFAULT_PRESET
     iterations: int = 4_000
     batch_size: int = 128
-    lr: float = 0.1
+    lr: float | None = None  # None: LR (0.1), or JOINT_LR (0.02) for the SB3 agents' joint training
     lr_half_life: int = 500
     momentum: float = 0.9
     tau: float | None = None  # None: 1.0 for the actor, 0.1 for critics
@@ -191,7 +197,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile of the full evaluation
     execution: str = "full"  # every node on every image (agents/critic.py says why); "sampled": the decisions' paths only
     side_heads: bool = True  # sampled critics: train every head whose input the path computed; dqn: replay those exits
-    uniform_weight: float = 0.25  # dqn/ppo/a2c full-tree joint training: loss share spread evenly over the heads
+    uniform_weight: float = 1.0  # dqn/ppo/a2c full-tree joint training: every head's weight beside the reached one's 1
     error_cost: str = "cross_entropy"
     utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
     probability_floor: float = 1e-6
@@ -221,6 +227,12 @@ class TrainConfig:
     def resolved_policy(self) -> str | None:
         allowed = AGENT_POLICIES[self.agent]
         return self.policy if self.policy is not None else (allowed[0] if allowed else None)
+
+    @property
+    def resolved_lr(self) -> float:
+        if self.lr is not None:
+            return self.lr
+        return JOINT_LR if self.agent in SB3_AGENTS else LR
 
     @property
     def resolved_tau(self) -> float:

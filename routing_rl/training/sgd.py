@@ -38,7 +38,7 @@ from routing_rl.core.costs import error_cost
 from routing_rl.core.graph import FullOutput, Node, RoutedNet
 from routing_rl.core.policies import TrainingPolicy, halving
 from routing_rl.core.talr import NodeGradients, talr_scales
-from routing_rl.training.config import TrainConfig
+from routing_rl.training.config import LR, TrainConfig
 from routing_rl.training.distributed import Distributed
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class SGDOptions:
     halve; momentum; k_l2: weight of c_mod; talr: throughput-adjusted learning rates;
     probability_floor: the smallest routing probability (bounds TALR's factors)."""
 
-    lr: float = TrainConfig.lr
+    lr: float = LR
     lr_half_life: float = TrainConfig.lr_half_life
     momentum: float = TrainConfig.momentum
     k_l2: float = TrainConfig.k_l2
@@ -59,6 +59,7 @@ class SGDOptions:
     def from_config(cls, config: TrainConfig, **overrides):
         """The options ``config`` sets (fields of the same name), then ``overrides``."""
         values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
+        values["lr"] = config.resolved_lr
         return cls(**{**values, **overrides})
 
 
