@@ -282,7 +282,7 @@ def test_routers_step_at_their_own_learning_rate(agent, scale):
     for name, p in net.named_parameters():
         if p.grad is None or p.grad.abs().max() == 0:
             continue
-        expected = before[name] - config.lr * (scale if name in routers else 1.0) * p.grad
+        expected = before[name] - config.resolved_lr * (scale if name in routers else 1.0) * p.grad
         torch.testing.assert_close(p.detach(), expected, msg=name)
         moved += name in routers
     assert moved, "the routers learned"

@@ -113,7 +113,7 @@ def test_a_checkpoint_round_trips_with_weights_only(tmp_path):
         (dict(momentum=-1.0), r"momentum must be in \[0, 1\), got -1"),
         (dict(tau=0.0), "tau must be a finite number > 0, got 0"),
         (dict(probability_floor=2.0), r"probability_floor must be in \(0, 1\)"),
-        (dict(lr="abc"), "lr must be a number, got 'abc'"),
+        (dict(lr="abc"), "lr must be a number or null, got 'abc'"),
         (dict(iterations=2.5), "iterations must be an integer, got 2.5"),
         (dict(talr="yes"), "talr must be true or false"),
         (dict(run_name="."), "run_name must be one folder name"),
