@@ -13,10 +13,9 @@ executions (``JointTraining.execution``):
   every head weighs 1 whatever the agent does, which is exactly how the confidence threshold
   trains its chain, at the threshold's validated learning rate (``JOINT_LR``, 0.02): the
   features do not depend on the agent's exploration. Why not weigh heads as the agent uses
-  them (``uniform_weight`` < 1; before the task suite each example's loss was 0.75 on the reached
-  head and 0.25/L on every head):
-  the heads an agent avoids then stop learning, and an agent that learns from poor heads
-  avoids them — a loop. On hybrid-swap (``quick``, seed 0, DQN, k_cpt 4e-9) the agent sent
+  them (``uniform_weight`` < 1; before the task suite each example's loss was 0.75 on the
+  reached head and 0.25/L on every head): the heads an agent avoids then stop learning, and
+  an agent that learns from poor heads avoids them — a loop. On hybrid-swap (``quick``, seed 0, DQN, k_cpt 4e-9) the agent sent
   90% of the digits to exit 1 and exits 6-8 stayed at chance on digits (21%) while they
   learned the photos (63-65%); it ended 21.55 points under the static frontier, with every
   head weak (exit 2: 55%, the critic's 80%). Under a fixed random policy for 400 updates
