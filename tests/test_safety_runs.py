@@ -314,6 +314,14 @@ def test_a_default_lr_saved_as_its_value_is_the_same_run():
     assert config_differences(TrainConfig(agent="dqn", lr=0.1), TrainConfig(agent="dqn")) == ["lr 0.1 (saved) vs 0.02 (asked)"]
 
 
+def test_the_joint_training_weight_tells_runs_apart_only_for_the_agents_that_read_it():
+    """uniform_weight's default moved from 0.25 to 1.0 with the task suite; only the SB3
+    agents' env reads it, so the paper's learners saved under 0.25 are the same runs."""
+    assert config_differences(TrainConfig(agent="actor", uniform_weight=0.25), TrainConfig(agent="actor")) == []
+    assert config_differences(TrainConfig(agent="dqn", uniform_weight=0.25), TrainConfig(agent="dqn")) == [
+        "uniform_weight 0.25 (saved) vs 1.0 (asked)"]
+
+
 def test_static_lr_selection_is_on_validation_deterministic_and_resumable(tiny_data, tmp_path):
     machine = dict(data_dir=str(tiny_data), download=False, validation_fraction=0.4, logdir=str(tmp_path))
     candidates = (0.1, 0.05, 0.02)

@@ -59,6 +59,10 @@ GPU_STEP_SECONDS = {"static": 0.0161, "chain": 0.0286}
 """One H100 step at batch 128 (README: launch-bound, so about the same at every width);
 a tree's step is scaled by its column instances (47 against the chain's 8)."""
 TREE_OVER_CHAIN_LAUNCHES = 47 / 8
+PACKED_GPU_SHARE = 97.1 / 219.9
+"""Wall time of a grid at 8 runs per GPU over its :data:`GPU_STEP_SECONDS` estimate one run at
+a time: the hybrid figure's 15 runs (one seed, 600 iterations) took 97.1 s on one H200 against
+219.9 s estimated (``gpu/throughput.sh``, README "Sweeps side by side")."""
 
 
 @dataclass(frozen=True)
@@ -561,11 +565,12 @@ def budget_row(configs: Sequence[TrainConfig], workers: int) -> dict:
 def budget_table(rows: dict[str, dict]) -> list[str]:
     workers = next(iter(rows.values()))["workers"] if rows else 1
     lines = ["| figure | runs | finished | training hours measured (sum of train_seconds) | CPU-hours, one thread "
-             f"(estimate) | wall hours, {workers} workers (estimate) | hours on one H100, one run at a time (estimate) |",
-             "|---|---|---|---|---|---|---|"]
+             f"(estimate) | wall hours, {workers} workers (estimate) | hours on one H100, one run at a time (estimate) "
+             "| hours on one H200, 8 runs per GPU (estimate from its measured hybrid grid) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, row in rows.items():
         lines.append(f"| {name} | {row['runs']} | {row['finished']} | {row['measured_hours']:.2f} | {row['cpu_hours']:.1f} "
-                     f"| {row['worker_hours']:.1f} | {row['gpu_hours']:.1f} |")
+                     f"| {row['worker_hours']:.1f} | {row['gpu_hours']:.1f} | {row['gpu_hours'] * PACKED_GPU_SHARE:.2f} |")
     return lines
 
 
@@ -784,7 +789,9 @@ def _reproduce(args, prog: str) -> int:
                                    rows[figure.name], verdicts)
     lines += ["## Verdicts", "", *verdicts, "", "## Compute budget", "", *budget_table(rows), "",
               "Estimates scale the README's step timings by each net's MACs of full evaluation (CPU) or by its column "
-              "instances (GPU); the wall hours on N workers assume a perfect split.", "", *sections]
+              "instances (GPU); the wall hours on N workers assume a perfect split; the H200 column scales the H100 one by "
+              f"the wall time the hybrid grid measured at 8 runs per GPU ({PACKED_GPU_SHARE:.2f} of its estimate one "
+              "run at a time; the README's sweeps section).", "", *sections]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
     print(f"wrote {report}")
