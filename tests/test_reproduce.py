@@ -152,3 +152,16 @@ def test_one_smoke_figure_goes_from_sweep_to_report(tmp_path, monkeypatch, capsy
     text = report.read_text()
     assert "Runs not finished (5):" in text and "actor-chain-k4e-09-s1" in text
     assert text.count("one seed; a verdict needs two or more") == 3  # k_dec's claim, and both parts of d̂'s
+
+
+def test_the_report_scales_its_budget_to_the_papers_iterations(tmp_path):
+    """The paper trains 80,000 iterations; a 600-iteration grid's estimates scale by 133."""
+    configs = [reproduce.TrainConfig(agent="actor", arch="chain", preset="quick", iterations=600, logdir=str(tmp_path), run_name="a"),
+               reproduce.TrainConfig(agent="static", arch="static-1", preset="quick", iterations=600,
+                                     logdir=str(tmp_path), run_name="s")]
+    total = reproduce.budget_row(configs, workers=2)
+    scale = 80_000 / 600
+    text = "\n".join(reproduce.paper_schedule(configs, total))
+    assert "133× these runs' 600" in text and "the same 2 runs" in text
+    assert f"{total['gpu_hours'] * scale:,.0f} hours on one H100" in text
+    assert f"{total['cpu_hours'] * scale:,.0f} CPU-hours" in text

@@ -574,6 +574,20 @@ def budget_table(rows: dict[str, dict]) -> list[str]:
     return lines
 
 
+def paper_schedule(configs: Sequence[TrainConfig], total: dict) -> list[str]:
+    """What the same runs would cost at the paper's iterations (estimates, linear in iterations)."""
+    paper = PRESET_VALUES["paper"]["iterations"]
+    scale = statistics.fmean(paper / config.iterations for config in configs)
+    return ["## At the paper's schedule", "",
+            f"The paper trains every net for {paper:,} iterations, {scale:.0f}× these runs' "
+            f"{statistics.median(c.iterations for c in configs):,.0f}: the same {total['runs']} runs would take about "
+            f"{total['cpu_hours'] * scale:,.0f} CPU-hours on one thread of this machine, {total['gpu_hours'] * scale:,.0f} "
+            f"hours on one H100 one run at a time, or {total['gpu_hours'] * scale * PACKED_GPU_SHARE:,.0f} on one H200 at "
+            "8 runs per GPU (estimates, linear in iterations). At this schedule the deep static nets under-fit (they are "
+            "less accurate on their own training batches too), so the claims about deep nets (over-fitting, the peak "
+            "accuracy of the learners that use them) are the ones a full schedule is most likely to move."]
+
+
 # ---------------------------------------------------------------- the report
 
 
@@ -791,7 +805,8 @@ def _reproduce(args, prog: str) -> int:
               "Estimates scale the README's step timings by each net's MACs of full evaluation (CPU) or by its column "
               "instances (GPU); the wall hours on N workers assume a perfect split; the H200 column scales the H100 one by "
               f"the wall time the hybrid grid measured at 8 runs per GPU ({PACKED_GPU_SHARE:.2f} of its estimate one "
-              "run at a time; the README's sweeps section).", "", *sections]
+              "run at a time; the README's sweeps section).", "", *paper_schedule(configs, rows["all (shared runs once)"]),
+              "", *sections]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
     print(f"wrote {report}")
