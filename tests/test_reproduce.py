@@ -4,6 +4,7 @@ figures, docs/reproduction.md — on one smoke figure."""
 
 from __future__ import annotations
 
+import json
 
 import pytest
 from synthetic_data import write_cifar_pickles, write_mnist_idx
@@ -165,3 +166,17 @@ def test_the_report_scales_its_budget_to_the_papers_iterations(tmp_path):
     assert "133× these runs' 600" in text and "the same 2 runs" in text
     assert f"{total['gpu_hours'] * scale:,.0f} hours on one H100" in text
     assert f"{total['cpu_hours'] * scale:,.0f} CPU-hours" in text
+
+
+def test_the_report_names_the_runs_trained_on_a_gpu(tmp_path):
+    """A sweep may train some runs on a GPU (their results are not bit-reproducible): the report says which."""
+    configs = [reproduce.TrainConfig(agent="static", arch=f"static-{n}", logdir=str(tmp_path / "w2"), run_name=f"s{n}")
+               for n in (1, 2, 3)]
+    for config, device, finished in zip(configs, ("cuda", "auto", "cuda:1"), (True, True, False)):
+        run = tmp_path / "w2" / config.run_name
+        run.mkdir(parents=True)
+        (run / "config.json").write_text(json.dumps({"device": device}))
+        if finished:
+            (run / "metrics.json").write_text("{}")
+    assert reproduce.trained_on_gpus(configs) == ["1 of the 3 runs trained on a GPU, the others on the CPU: `w2/s1`.", ""]
+    assert reproduce.trained_on_gpus(configs[1:]) == []

@@ -574,6 +574,20 @@ def budget_table(rows: dict[str, dict]) -> list[str]:
     return lines
 
 
+def trained_on_gpus(configs: Sequence[TrainConfig]) -> list[str]:
+    """A sentence naming the finished runs whose saved config asked for a CUDA device (their
+    results are not bit-reproducible: cuDNN picks non-deterministic kernels)."""
+    on_gpu = []
+    for config in configs:
+        saved = Path(config.logdir) / config.run_name / "config.json"
+        if (saved.parent / METRICS_FILE).is_file() and str(json.loads(saved.read_text()).get("device")).startswith("cuda"):
+            on_gpu.append(f"{Path(config.logdir).name}/{config.run_name}")
+    if not on_gpu:
+        return []
+    return [f"{len(on_gpu)} of the {len(configs)} runs trained on a GPU, the others on the CPU: "
+            + ", ".join(f"`{name}`" for name in on_gpu) + ".", ""]
+
+
 def paper_schedule(configs: Sequence[TrainConfig], total: dict) -> list[str]:
     """What the same runs would cost at the paper's iterations (estimates, linear in iterations)."""
     paper = PRESET_VALUES["paper"]["iterations"]
@@ -805,7 +819,7 @@ def _reproduce(args, prog: str) -> int:
               "Estimates scale the README's step timings by each net's MACs of full evaluation (CPU) or by its column "
               "instances (GPU); the wall hours on N workers assume a perfect split; the H200 column scales the H100 one by "
               f"the wall time the hybrid grid measured at 8 runs per GPU ({PACKED_GPU_SHARE:.2f} of its estimate one "
-              "run at a time; the README's sweeps section).", "", *paper_schedule(configs, rows["all (shared runs once)"]),
+              "run at a time; the README's sweeps section).", "", *trained_on_gpus(configs), *paper_schedule(configs, rows["all (shared runs once)"]),
               "", *sections]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
