@@ -4,7 +4,7 @@ figures, docs/reproduction.md — on one smoke figure."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 
 import pytest
 from synthetic_data import write_cifar_pickles, write_mnist_idx
@@ -175,7 +175,7 @@ def test_the_report_names_the_runs_trained_on_a_gpu(tmp_path):
     for config, device, finished in zip(configs, ("cuda", "auto", "cuda:1"), (True, True, False)):
         run = tmp_path / "w2" / config.run_name
         run.mkdir(parents=True)
-        (run / "config.json").write_text(json.dumps({"device": device}))
+        dataclasses.replace(config, device=device).save(run / "config.json")
         if finished:
             (run / "metrics.json").write_text("{}")
     assert reproduce.trained_on_gpus(configs) == ["1 of the 3 runs trained on a GPU, the others on the CPU: `w2/s1`.", ""]

@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt
 
 from routing_rl.app.figures import check_out_folder, write_figures
 from routing_rl.app.plots import accuracy_macs_figure
-from routing_rl.app.runs import METRICS_FILE, RunError, final_validation_accuracy, has_checkpoint
+from routing_rl.app.runs import METRICS_FILE, RunError, final_validation_accuracy, has_checkpoint, read_run
 from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, add_schedule_arguments, backend,
                                   exit_status, run_sweep, schedule_fields, select_static_lr, sweep_configs)
 from routing_rl.core.memory import retain_freed_memory
@@ -577,11 +577,8 @@ def budget_table(rows: dict[str, dict]) -> list[str]:
 def trained_on_gpus(configs: Sequence[TrainConfig]) -> list[str]:
     """A sentence naming the finished runs whose saved config asked for a CUDA device (their
     results are not bit-reproducible: cuDNN picks non-deterministic kernels)."""
-    on_gpu = []
-    for config in configs:
-        saved = Path(config.logdir) / config.run_name / "config.json"
-        if (saved.parent / METRICS_FILE).is_file() and str(json.loads(saved.read_text()).get("device")).startswith("cuda"):
-            on_gpu.append(f"{Path(config.logdir).name}/{config.run_name}")
+    finished = [Path(c.logdir) / c.run_name for c in configs if (Path(c.logdir) / c.run_name / METRICS_FILE).is_file()]
+    on_gpu = [f"{run.parent.name}/{run.name}" for run in finished if read_run(run).device.startswith("cuda")]
     if not on_gpu:
         return []
     return [f"{len(on_gpu)} of the {len(configs)} runs trained on a GPU, the others on the CPU: "
@@ -819,8 +816,8 @@ def _reproduce(args, prog: str) -> int:
               "Estimates scale the README's step timings by each net's MACs of full evaluation (CPU) or by its column "
               "instances (GPU); the wall hours on N workers assume a perfect split; the H200 column scales the H100 one by "
               f"the wall time the hybrid grid measured at 8 runs per GPU ({PACKED_GPU_SHARE:.2f} of its estimate one "
-              "run at a time; the README's sweeps section).", "", *trained_on_gpus(configs), *paper_schedule(configs, rows["all (shared runs once)"]),
-              "", *sections]
+              "run at a time; the README's sweeps section).", "", *trained_on_gpus(configs),
+              *paper_schedule(configs, rows["all (shared runs once)"]), "", *sections]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
     print(f"wrote {report}")
