@@ -4,7 +4,7 @@ from helpers import randomize_routers, varied_images
 
 from routing_rl.core.costs import error_cost
 from routing_rl.data import Split
-from routing_rl.training.evaluate import evaluate
+from routing_rl.training.evaluate import evaluate, heads_alone
 from routing_rl.core.execution import dynamic
 from routing_rl.nets.multiscale import chain
 
@@ -30,6 +30,28 @@ def test_evaluate_summarises_dynamic_routing():
         else:
             assert leaf["accuracy"] is None
     assert net.training, "evaluate restores the net's mode"
+
+
+def test_heads_alone_score_every_example_sent_to_each_leaf():
+    x = varied_images(30, 4)
+    net = randomize_routers(chain(classes=3), x, 4)
+    labels = torch.arange(30) % 3
+    split = Split(x, labels, torch.arange(30) % 2)
+    alone = heads_alone(net, split, batch_size=7)
+    assert list(alone) == list(net.leaves)
+    for i, leaf in enumerate(net.leaves):
+        force = lambda junction, i=i: torch.full((len(junction.scores),), _sink_towards(net, junction.name, net.leaves[i]))
+        forced = evaluate(net, split, decide=force)
+        assert forced["leaves"][leaf]["count"] == 30
+        assert alone[leaf] == {"accuracy": pytest.approx(forced["accuracy"]), "macs": int(net.leaf_macs[i])}
+    assert net.training, "heads_alone restores the net's mode"
+    clips = Split(torch.stack([x, x], 1), torch.stack([labels, labels], 1), torch.stack([split.source] * 2, 1))
+    assert clips.frames == 2 and heads_alone(net, clips) == {}, "sequences: no leaf alone"
+
+
+def _sink_towards(net, junction: str, leaf: str) -> int:
+    """The sink of ``junction`` on the path to ``leaf`` (its last sink, going on, if the leaf is deeper)."""
+    return dict(net.path[leaf]).get(junction, len(net.nodes[junction].sinks) - 1)
 
 
 def test_error_costs():

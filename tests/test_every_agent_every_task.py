@@ -210,6 +210,12 @@ def test_every_agent_trains_and_is_evaluated_on_every_task(task, agent, tiny_dat
                      sources=loaded_task.sources, task=loaded_task)
     if task in ("video", "plugin-sequence"):
         assert result["clips"] > 0 and len(result["accuracy_by_frame"]) == loaded_task.dataset().test.frames
+        assert "heads_alone" not in result, "a leaf alone on clips depends on the memory carried"
+    elif net.junctions:  # every routing learner, SB3's too, is set beside each exit of its net used alone
+        assert list(result["heads_alone"]) == list(net.leaves)
+        assert all(0 <= v["accuracy"] <= 1 for v in result["heads_alone"].values())
+    else:
+        assert "heads_alone" not in result
     assert set(again["leaves"]) == set(result["leaves"]) and again["examples"] >= result["examples"]
     if config.agent not in ("threshold", *SB3_AGENTS):  # those route by their own rule, not the routers' argmax
         test = loaded_task.examples(training_splits(config, loaded_task.dataset())[2])  # as the run judged it

@@ -15,8 +15,9 @@ import routing_rl  # noqa: F401  (registers the env ids)
 from routing_rl.app.frontier import frontier_accuracy, frontier_margin, static_frontier
 from routing_rl.app.report import margin, static_curve
 from routing_rl.app import suite
-from routing_rl.app.suite import average, check_tasks, exits_by_source, flat, inference_cost, main, threshold_cost
-from routing_rl.app.summary import static_line, summary_text
+from routing_rl.app.suite import (average, check_tasks, exits_by_source, flat, inference_cost, learner_point, main, suite_table,
+                                  threshold_cost)
+from routing_rl.app.summary import best_single_exit, static_line, summary_text
 from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.data.containers import composition_counts
 from routing_rl.data.datasets import CLASSES, HYBRIDS, harden_digits
@@ -81,6 +82,26 @@ def test_summary_uses_the_frontier_of_the_static_runs_beside_it(tmp_path):
     assert "static frontier (static-1, static-2) at 4.00M MACs: 80.00%, this net +2.00 pts" in text
     assert "the static runs beside this one" in text
     assert "no static net as cheap" in static_line(0.5, 0.5e6, [("static-1", 0.7, 1e6)])
+
+
+def test_summary_and_suite_set_the_routing_beside_the_cheapest_exit_alone(tmp_path):
+    """A learner that sends every image to one exit routed well only if no other exit alone is
+    cheaper: the summary and the suite row show the cheapest one."""
+    run = fake_run(tmp_path / "critic", "pragmatic-critic", "chain", 0.80, 1e6)
+    run["test"][0]["heads_alone"] = {"exit1": {"accuracy": 0.80, "macs": 1_000_000},
+                                     "exit2": {"accuracy": 0.90, "macs": 5_000_000}}
+    assert best_single_exit(run["test"][0]) == ("exit2", pytest.approx(0.10 + 0.02))
+    text = summary_text(run)
+    assert "cost of inference 0.2040" in text and "the cheapest exit alone: exit2, 90.00% at 5.00M MACs, 0.1200" in text
+    threshold = {"test": [{"budget": 1, "lr": 0.02, "accuracy": 0.9, "mean_macs": 1e6,
+                           "validation_accuracy": 0.9, "validation_mean_macs": 1e6}]}
+    row = average([learner_point(run, [(1e6, 0.7)], threshold)])
+    assert (row["best_single_exit"], row["best_single_exit_cost"]) == ("exit2", pytest.approx(0.12))
+    assert "| exit2 0.1200 |" in suite_table({"tasks": {"hybrid": {"rows": [row]}}})
+    del run["test"][0]["heads_alone"]  # a run saved before they were measured
+    assert best_single_exit(run["test"][0]) is None and "cheapest exit" not in summary_text(run)
+    row = average([learner_point(run, [(1e6, 0.7)], threshold)])
+    assert row["best_single_exit"] is None and "| — |" in suite_table({"tasks": {"hybrid": {"rows": [row]}}})
 
 
 def test_summary_falls_back_to_the_readme_table_on_hybrid_only(tmp_path):
@@ -299,6 +320,7 @@ def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache
     assert row["cost"] == pytest.approx(inference_cost(row["test_accuracy"], row["mean_macs"], 4e-9))
     assert set(row["exits"]) == {"mnist", "cifar"}
     assert np.isclose(sum(row["exits"]["mnist"].values()), 1.0)
+    assert row["best_single_exit"] in [f"exit{k}" for k in range(1, 9)] and 0 <= row["best_single_exit_cost"] <= row["cost"] + 1
     assert "| hybrid-even | actor | 4e-09 | 1 |" in first and "| hybrid-even | pragmatic-critic | 4e-09 | 1 |" in first
     saved = json.loads((tmp_path / "runs" / "hybrid-even" / "static-static-1-k4e-09-s0" / "config.json").read_text())
     assert (saved["iterations"], saved["eval_every"]) == (6, 3)

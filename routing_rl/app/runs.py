@@ -50,7 +50,7 @@ from routing_rl.training.distributed import Distributed
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.task import RoutingTask, task_from_env
 from routing_rl.app.describe import summary
-from routing_rl.training.evaluate import evaluate
+from routing_rl.training.evaluate import evaluate, heads_alone
 from routing_rl.training.cost import COST_FILE, run_cost_model, write_cost_model
 from routing_rl.training.monitor import Monitor
 from routing_rl.training.splits import RunError, training_splits
@@ -440,6 +440,9 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
             raise
         raise RunError(f"out of memory while training in {run_dir} on {device}: lower --batch-size (now "
                        f"{config.batch_size}) or --width (now {config.width}), then start again with --overwrite") from None
+    if net.junctions:  # a router that sends everything to one exit is judged against each exit alone
+        alone = heads_alone(net, task.examples(test), evaluations[0]["k_cpt"])
+        evaluations = [{**evaluation, "heads_alone": alone} for evaluation in evaluations] if alone else evaluations
     metrics = {
         "run": str(run_dir),
         "agent": config.agent,

@@ -17,8 +17,10 @@ in one sweep so that the workers share them):
 
 Each (task, k_cpt) row, averaged over the seeds: test accuracy, mean MACs, accuracy points
 over the static frontier (:mod:`routing_rl.app.frontier`), the mean cost of inference
-(0/1 error + k_cpt × MACs per example) beside the tuned threshold's, validation accuracy minus
-test accuracy, and the share of each source's test examples leaving at each exit.
+(0/1 error + k_cpt × MACs per example) beside the tuned threshold's and beside the cheapest
+exit of the learner's own net used alone (a learner that sends everything to one exit has
+routed well only if that is the one), validation accuracy minus test accuracy, and the share
+of each source's test examples leaving at each exit.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from routing_rl.app.frontier import frontier_margin, static_frontier
 from routing_rl.app.runs import METRICS_FILE, RunError, final_validation_accuracy
 from routing_rl.app.sweep import (LR_CANDIDATES, add_backend_arguments, add_schedule_arguments, backend, exit_status,
                                   run_sweep, schedule_fields, select_static_lr, static_lr_flag, sweep_configs)
-from routing_rl.app.summary import SOURCE_NAMES
+from routing_rl.app.summary import SOURCE_NAMES, best_single_exit, inference_cost
 from routing_rl.core.files import atomic_write_text
 from routing_rl.core.memory import retain_freed_memory
 from routing_rl.data import DataNotFoundError
@@ -113,11 +115,6 @@ def train_static(where: dict[str, dict], seeds: Sequence[int], lr_of: dict[str, 
     return found
 
 
-def inference_cost(accuracy: float, mean_macs: float, k_cpt: float) -> float:
-    """Mean cost of inference per example: 0/1 error plus k_cpt × MACs."""
-    return (1 - accuracy) + k_cpt * mean_macs
-
-
 def threshold_cost(threshold: dict, k_cpt: float) -> tuple[float, dict]:
     """(test cost, test point) of the threshold budget (of any learning rate) whose validation cost
     at ``k_cpt`` is lowest."""
@@ -157,6 +154,7 @@ def learner_point(metrics: dict, frontier: list, threshold: dict) -> dict:
         "validation_test_gap": None if validation is None else validation - test["accuracy"],
         "source_accuracy": test.get("source_accuracy", {}),
         "exits": exits_by_source(test),
+        "best_single_exit": best_single_exit(test),
     }
 
 
@@ -175,6 +173,12 @@ def average(points: list[dict]) -> dict:
             for leaf, share in shares.items():
                 exits.setdefault(source, {}).setdefault(leaf, 0.0)
                 exits[source][leaf] += share / len(points)
+    singles = [p.get("best_single_exit") for p in points]
+    if all(singles):
+        row["best_single_exit_cost"] = statistics.fmean(cost for _, cost in singles)
+        row["best_single_exit"] = "/".join(sorted({leaf for leaf, _ in singles}))
+    else:  # runs saved before heads_alone was measured
+        row["best_single_exit_cost"], row["best_single_exit"] = None, None
     return {"agent": points[0]["agent"], "k_cpt": points[0]["k_cpt"], "seeds": len(points), **row, "exits": exits, "per_seed": points}
 
 
@@ -251,6 +255,10 @@ def _exits_text(exits: dict[str, dict[str, float]]) -> str:
     return "; ".join(parts)
 
 
+def _single_text(row: dict) -> str:
+    return "—" if row.get("best_single_exit_cost") is None else f"{row['best_single_exit']} {row['best_single_exit_cost']:.4f}"
+
+
 def _number(value: float | None, pattern: str) -> str:
     return "—" if value is None else format(value, pattern)
 
@@ -258,15 +266,15 @@ def _number(value: float | None, pattern: str) -> str:
 def suite_table(results: dict) -> str:
     """The suite's results as one Markdown table, a row per (task, learner, k_cpt)."""
     lines = ["| task | learner | k_cpt | seeds | test accuracy | mean MACs | vs frontier (pts) | cost | threshold cost "
-             "| val − test (pts) | exits (top 3 per source) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| cheapest exit alone | val − test (pts) | exits (top 3 per source) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for task, result in results["tasks"].items():
         for row in result["rows"]:
             gap = None if row["validation_test_gap"] is None else 100 * row["validation_test_gap"]
             lines.append(
                 f"| {task} | {row['agent']} | {row['k_cpt']:g} | {row['seeds']} | {100 * row['test_accuracy']:.2f}% "
                 f"| {row['mean_macs'] / 1e6:.2f}M | {_number(row['vs_frontier'], '+.2f')} | {row['cost']:.4f} "
-                f"| {row['threshold_cost']:.4f} | {_number(gap, '+.2f')} | {_exits_text(row['exits'])} |")
+                f"| {row['threshold_cost']:.4f} | {_single_text(row)} | {_number(gap, '+.2f')} | {_exits_text(row['exits'])} |")
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 """The one-screen summary ``experiments/train_agent.py`` prints when a run ends.
 
 Accuracy and mean MACs on the test split, where the test images of each source (MNIST
-digits, CIFAR images) leave the net, and where the point stands against the static frontier
+digits, CIFAR images) leave the net, the mean cost of inference beside the cheapest exit of the
+same net used alone, and where the point stands against the static frontier
 (:mod:`routing_rl.app.frontier`) of that task's static nets: those finished beside the run
 (same logdir, task, preset and seed), else, on hybrid, the README's reproduction table
 (:data:`STATIC_REFERENCE`).
@@ -27,6 +28,36 @@ STATIC_REFERENCE = (
 """(net, test accuracy, mean MACs) of the static nets on hybrid, preset ``cpu-small``, seed 0
 (the README's reproduction table)."""
 SOURCE_NAMES = {"mnist": "digits", "cifar": "CIFAR"}
+
+
+def inference_cost(accuracy: float, mean_macs: float, k_cpt: float) -> float:
+    """Mean cost of inference per example: 0/1 error plus k_cpt × MACs."""
+    return (1 - accuracy) + k_cpt * mean_macs
+
+
+def best_single_exit(evaluation: dict) -> tuple[str, float] | None:
+    """``(leaf, cost)``: the leaf whose use alone (every example sent there) costs least per
+    example at the evaluation's k_cpt, from its ``heads_alone``
+    (:func:`~routing_rl.training.evaluate.heads_alone`); None without them."""
+    alone, k_cpt = evaluation.get("heads_alone"), evaluation.get("k_cpt")
+    if not alone or k_cpt is None:
+        return None
+    costs = {leaf: inference_cost(v["accuracy"], v["macs"], k_cpt) for leaf, v in alone.items()}
+    leaf = min(costs, key=costs.get)
+    return leaf, costs[leaf]
+
+
+def cost_line(evaluation: dict) -> list[str]:
+    """The routing's mean cost of inference beside the cheapest single exit's: a router that
+    sends everything to one exit is right only if it picked that one."""
+    best = best_single_exit(evaluation)
+    if best is None:
+        return []
+    leaf, cost = best
+    alone = evaluation["heads_alone"][leaf]
+    routed = inference_cost(evaluation["accuracy"], evaluation["mean_macs"], evaluation["k_cpt"])
+    return [f"  cost of inference {routed:.4f} (0/1 error + k_cpt x MACs); the cheapest exit alone: {leaf}, "
+            f"{100 * alone['accuracy']:.2f}% at {alone['macs'] / 1e6:.2f}M MACs, {cost:.4f}"]
 
 
 def exits_line(evaluation: dict) -> list[str]:
@@ -93,6 +124,7 @@ def summary_text(metrics: dict, static: list[tuple[str, float, float]] | None = 
             + (f" ({label})" if label else "")
         )
         lines += exits_line(evaluation)
+        lines += cost_line(evaluation)
         if static and metrics["agent"] != "static":
             lines.append(static_line(evaluation["accuracy"], evaluation["mean_macs"], static))
     if static and metrics["agent"] != "static":

@@ -4,6 +4,9 @@ Every learner — the paper's, the threshold baseline, SB3 agents — is judged 
 test split through the same :class:`~routing_rl.core.graph.RoutedNet` with
 :func:`~routing_rl.core.execution.route`; only the ``decide`` function differs (argmax of the
 routers by default). So every point on an accuracy/MAC plot means the same thing.
+
+:func:`heads_alone` scores the same net without routing, every example sent to one leaf: a
+router that sends everything to one exit is only right if that exit is the cheapest of them.
 """
 
 from __future__ import annotations
@@ -68,6 +71,30 @@ def evaluate(
         net.train(was_training)
     leaf, correct, macs = torch.cat(leaves).cpu(), torch.cat(correct).cpu(), torch.cat(macs).cpu()
     return summarise(net, leaf, correct, macs, split.labels.cpu(), split.source.cpu(), k_cpt, classes, sources)
+
+
+@torch.no_grad()
+def heads_alone(net: RoutedNet, split: Split, k_cpt: float | None = None, batch_size: int = 1000) -> dict:
+    """Every leaf used alone on ``split`` (every example sent down its path), from one full-tree
+    evaluation in eval mode: leaf name -> ``accuracy`` (fraction correct) and ``macs`` (its
+    path's MACs per example). A split of sequences returns ``{}``: a leaf alone there depends
+    on the memory the frames before carried."""
+    if split.frames > 1:
+        return {}
+    was_training = net.training
+    net.eval()
+    device = net.leaf_macs.device
+    correct = torch.zeros(len(net.leaves), dtype=torch.long)
+    try:
+        for start in range(0, len(split), batch_size):
+            x = split.images[start : start + batch_size].to(device, non_blocking=True)
+            y = split.labels[start : start + batch_size].to(device)
+            out = net(x, k_cpt if net.k_cpt_input else None)
+            correct += torch.stack([(out.logits[leaf].argmax(1) == y).sum() for leaf in net.leaves]).cpu()
+    finally:
+        net.train(was_training)
+    return {leaf: {"accuracy": int(correct[i]) / len(split), "macs": int(net.leaf_macs[i])}
+            for i, leaf in enumerate(net.leaves)}
 
 
 def summarise(net: RoutedNet, leaf: torch.Tensor, correct: torch.Tensor, macs: torch.Tensor, labels: torch.Tensor,
