@@ -47,8 +47,12 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
   It is what DQN's MACs follow: in nats a deeper head keeps paying for confidence on images
   the shallow one already gets right, so on hybrid DQN spent 9.7M / 8.5M MACs at k_cpt 4e-9 /
   1.6e-8; with ``zero_one`` (the judge's error) 7.5M / 4.7M, cheaper per inference at both
-  prices (0.099 vs 0.108, 0.172 vs 0.208; ``quick``, seed 0). One task and seed so far, so the
-  default is unchanged (``docs/suite.md``, "Why DQN's MACs hardly follow k_cpt").
+  prices (0.099 vs 0.108, 0.172 vs 0.208; ``quick``, seed 0). Over the eight suite tasks at
+  4e-9 it spends fewer MACs on seven, but its cost is lower on three (hybrid, hybrid-even,
+  hybrid-train-mix), equal on two and higher on three (swap, hard-digits, cifar5: where depth
+  pays for one source, a 0-or-1 reward gives DQN's regression less to learn from than the
+  leaf's cross-entropy). So the default stays cross-entropy (``docs/suite.md``, "Why DQN's
+  MACs hardly follow k_cpt").
 * ``n_envs`` examples in flight; ``sb3_kwargs``: keyword arguments for the SB3 algorithm over
   :func:`sb3_kwargs`' choices for routing (documented there).
 * SB3's algorithms cannot mask actions, so the envs clip an action past a junction's last
