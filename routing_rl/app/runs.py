@@ -440,9 +440,10 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
             raise
         raise RunError(f"out of memory while training in {run_dir} on {device}: lower --batch-size (now "
                        f"{config.batch_size}) or --width (now {config.width}), then start again with --overwrite") from None
-    if net.junctions:  # a router that sends everything to one exit is judged against each exit alone
-        alone = heads_alone(net, task.examples(test), evaluations[0]["k_cpt"])
-        evaluations = [{**evaluation, "heads_alone": alone} for evaluation in evaluations] if alone else evaluations
+    # a router that sends everything to one exit is judged against each exit alone
+    alone = heads_alone(net, task.examples(test), evaluations[0]["k_cpt"]) if net.junctions else {}
+    if alone:
+        evaluations = [{**evaluation, "heads_alone": alone} for evaluation in evaluations]
     metrics = {
         "run": str(run_dir),
         "agent": config.agent,
