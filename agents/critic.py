@@ -126,6 +126,15 @@ normalises each node's inputs by the statistics of the examples that really reac
 test points above). The 8-12 point gap between validation and test that issue 10 saw is
 mostly not batch norm: validation keeps train's mix (14% digits), test is half digits, and a
 starved critic classifies digits worst (48% against 75.5% for CIFAR in the second row).
+
+**What the routers read.** ``--exit-confidence true`` lets every router also read its exit
+heads' log top softmax probability, the confidence threshold's signal. It stays off for the
+critics: their routers learn only from c_ure, weighted by k_ure, and a new input whose
+weights start at zero barely moved in a ``quick`` run (hybrid, seed 0: every image still at
+exit 2, cost 0.121 against 0.119 without it); a scratch version that added the confidence
+straight to each exit's score made routing worse (cost 0.142), because unconfident untrained
+heads made early exits look costly and the full tree then trained those heads less
+(``docs/suite.md``, "Routers that read their exits' confidence").
 """
 
 from __future__ import annotations

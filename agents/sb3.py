@@ -53,6 +53,14 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
   pays for one source, a 0-or-1 reward gives DQN's regression less to learn from than the
   leaf's cross-entropy). So the default stays cross-entropy (``docs/suite.md``, "Why DQN's
   MACs hardly follow k_cpt").
+* ``exit_confidence`` (off by default): the observation also carries, after the junction's
+  descriptor, the log top softmax probability of each head among its sinks (the confidence
+  threshold's signal; :func:`~routing_rl.nets.router.read_exit_confidence`). With
+  ``error_cost="zero_one"`` the value of exiting is then the chance that head is wrong, which
+  that input estimates: on hybrid DQN cost 0.096 per inference against 0.112 for its default and
+  for the threshold, and reached the static frontier on hybrid-even and cifar10 (within 0.5
+  point), but fell 2 points under it on hybrid-hard-digits, where its heads are weak
+  (``quick``, seed 0; ``docs/suite.md``, "Routers that read their exits' confidence").
 * ``n_envs`` examples in flight; ``sb3_kwargs``: keyword arguments for the SB3 algorithm over
   :func:`sb3_kwargs`' choices for routing (documented there).
 * SB3's algorithms cannot mask actions, so the envs clip an action past a junction's last
@@ -120,6 +128,7 @@ from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import Decide, Junction
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
+from routing_rl.nets.router import read_exit_confidence
 from routing_rl.nets.seeding import seeded_net
 from routing_rl.training.splits import training_splits
 
@@ -191,9 +200,11 @@ class RoutedNetSaving:
         multiscale net for models of a dataset in memory."""
         routing = self.routing
         if routing.get("env") is None:
-            return seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"]), 0, self.device)
+            net = seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"]), 0, self.device)
+            return read_exit_confidence(net) if routing.get("exit_confidence") else net
         dataset = {"dataset": routing["dataset"]} if routing.get("dataset") else {}
-        return task_from_env(routing["env"], **dataset)[0].make_net(routing["arch"], routing["width"], device=self.device)
+        net = task_from_env(routing["env"], **dataset)[0].make_net(routing["arch"], routing["width"], device=self.device)
+        return read_exit_confidence(net) if routing.get("exit_confidence") else net
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, variables = super()._get_torch_save_params()
@@ -324,6 +335,7 @@ def load_sb3(path: str | Path, env: RoutingSB3VecEnv | None = None, device: str 
                 raise SB3LoadError(f"{path} routes a hand-built net; pass it: load_sb3(path, net=...)")
             net = (task.make_net(routing["arch"], routing["width"]) if task is not None
                    else seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"]), 0, "cpu"))
+            net = read_exit_confidence(net) if routing.get("exit_confidence") else net
     owned = {"routed_net": net, "feature_trainer": env.unwrapped.trainer if env is not None else None}
     model = ALGORITHMS[routing["agent"]]("MlpPolicy", env, device=device, routing=routing, seed=data.get("seed"),
                                          _init_setup_model=False, **owned, **copy.deepcopy(routing["sb3"]))
@@ -460,7 +472,8 @@ def check_sb3_fits(config: TrainConfig, task: RoutingTask, device: torch.device)
 
     check_fits(config, lambda width: task.make_net(config.arch, width, config.dynamic_k_cpt), device,
                batch_size=config.n_envs, flag="--n-envs")
-    observation = task.observation_layout(task.make_net(config.arch, config.width), config.dynamic_k_cpt)
+    net = task.make_net(config.arch, config.width)
+    observation = task.observation_layout(read_exit_confidence(net) if config.exit_confidence else net, config.dynamic_k_cpt)
     floats = int(np.prod(observation.observation_space.shape))
     kwargs = sb3_kwargs(config, config.n_envs)
     if config.agent == "dqn":
@@ -549,6 +562,8 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     train_part, validation = splits if splits is not None else training_splits(config, task.dataset())[:2]
     n_envs = config.n_envs
     net = task.make_net(config.arch, config.width, seed=config.seed, device=device)  # the agent reads k_cpt, not the routers
+    if config.exit_confidence:  # the observations then carry each exit's confidence after the descriptor
+        net = read_exit_confidence(net)
     env_kwargs = dict(task=task, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost, clip_actions=True,
                       cost=cost)
     joint = JointTraining.from_config(config)
@@ -559,6 +574,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     kwargs = sb3_kwargs(config, n_envs)
     routing = {"agent": config.agent, "env": env_id, "dataset": config.dataset, "arch": config.arch,
                "width": config.width, "classes": len(task.classes), "k_cpt": config.k_cpt,
+               "exit_confidence": config.exit_confidence,
                "joint": dataclasses.asdict(joint), "sb3": kwargs, "n_envs": n_envs}
 
     history_path = run_dir / HISTORY_FILE

@@ -387,7 +387,7 @@ class Traffic:
             elif node.is_junction:
                 if name in self.waiting:
                     raise RuntimeError(f"slots already wait at {name!r}; start() only refills finished slots")
-                self.waiting[name] = Group(slots, state, node.descriptor(state))
+                self.waiting[name] = Group(slots, state, node.router_input(state))
             else:
                 sink = node.sinks[0]
                 pending[sink] = (self.net.nodes[sink].reads(state), slots)

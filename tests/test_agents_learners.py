@@ -28,6 +28,9 @@ CASES = [
     (dict(agent="critic", arch="chain", policy="eps-greedy"), {"losses/c_ure", "charts/epsilon"}),
     (dict(agent="optimistic-critic", arch="tree", policy="greedy"), {"losses/c_ure"}),
     (dict(agent="threshold", arch="chain"), set()),
+    (dict(agent="actor", arch="chain", exit_confidence=True), {"losses/c_dec"}),
+    (dict(agent="critic", arch="chain", policy="eps-greedy", exit_confidence=True), {"losses/c_ure"}),
+    (dict(agent="optimistic-critic", arch="tree", policy="greedy", exit_confidence=True), {"losses/c_ure"}),
 ]
 
 
@@ -78,6 +81,22 @@ def test_nets_are_seeded_from_the_config():
 def test_wrong_architectures_are_refused(agent, arch, message):
     with pytest.raises(ValueError, match=message):
         make_learner(make_config("smoke", agent=agent, arch=arch), 3, CPU)
+
+
+def test_routers_read_exit_confidence_when_asked():
+    plain = make_learner(make_config("smoke", agent="critic", arch="tree"), 3, CPU).net
+    reading = make_learner(make_config("smoke", agent="critic", arch="tree", exit_confidence=True), 3, CPU).net
+    assert reading.exit_confidence and not plain.exit_confidence
+    for junction in plain.junctions:
+        extra = reading.nodes[junction].router.layers[0].in_features - plain.nodes[junction].router.layers[0].in_features
+        assert extra == 1, "every junction of the tree has one exit among its sinks"
+    assert reading.path_macs("exit8aaa") > plain.path_macs("exit8aaa")
+
+
+@pytest.mark.parametrize("agent", ["static", "threshold"])
+def test_exit_confidence_is_refused_where_no_router_of_ours_trains(agent):
+    with pytest.raises(ValueError, match="drop it"):
+        make_config("smoke", agent=agent, arch="static-2" if agent == "static" else "chain", exit_confidence=True)
 
 
 def test_a_zero_one_training_error_is_refused():

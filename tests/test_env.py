@@ -422,8 +422,9 @@ def test_real_hybrid_env_makes_and_steps(real_data_dir, real_cache_dir, monkeypa
 
 @pytest.mark.slow
 def test_real_hybrid_joint_training_rewards_track_the_training_cross_entropy(real_data_dir, real_cache_dir):
-    """On real data, at lr 0.1 from scratch, the error the env charges tracks the cross-entropy
-    the feature trainer minimises (train mode, batch statistics) at every update: episodes
+    """On real data, from scratch at the joint training's default rate, the error the env charges
+    tracks the cross-entropy the feature trainer minimises (train mode, batch statistics) at
+    every update: episodes
     end at every head equally often, so every head is charged and trained, and each batch of
     finished episodes is the batch the next update replays. (Before the batch-norm statistics
     were refreshed after each step, the charged error reached 10^3-10^4 at deep heads.)"""
@@ -432,7 +433,9 @@ def test_real_hybrid_joint_training_rewards_track_the_training_cross_entropy(rea
     torch.manual_seed(0)
     hybrid = load_dataset("hybrid", data_dir=real_data_dir, cache_dir=real_cache_dir, download=False)
     # the reached head alone in the loss (uniform_weight 0), so the loss trained is the error charged
-    vec_env = RoutingSB3VecEnv(128, dataset=hybrid, train=True, seed=0, joint=JointTraining(uniform_weight=0.0, lr=0.1))
+    # (at lr 0.1 single batches spiked to 10 nats and more on some CPUs, which made the
+    # comparisons below depend on the machine's kernels)
+    vec_env = RoutingSB3VecEnv(128, dataset=hybrid, train=True, seed=0, joint=JointTraining(uniform_weight=0.0))
     layout, trainer = vec_env.layout, vec_env.trainer
     leaves = len(vec_env.net.leaves)
     rng = np.random.default_rng(0)
@@ -448,14 +451,14 @@ def test_real_hybrid_joint_training_rewards_track_the_training_cross_entropy(rea
             windows.append((np.mean(charged), trainer.last["losses/c_err"]))
             charged = []
     charged, trained = np.array(windows[1:]).T  # the first batch straddles the first update
-    # batch to batch within a factor of 2.5 (one batch's statistics score the next batch,
-    # and the untrained deep columns of the first updates amplify the difference; measured
-    # at most 2.3), on average within 15% over the last 20 updates (measured 6%)
-    assert np.all((charged < 2.5 * trained) & (trained < 2.5 * charged)), np.round([charged, trained], 2).tolist()
-    assert charged[-20:].mean() == pytest.approx(trained[-20:].mean(), rel=0.15)
-    # each example's loss falls on its own head, so one batch's loss swings (measured
-    # 3.8 over the first five updates, 2.6 over the last ten)
-    assert trained[-10:].mean() < 0.8 * trained[:5].mean(), "the network learned"
+    # batch to batch within a factor of 2 (one batch's statistics score the next batch, and
+    # the untrained deep columns of the first updates amplify the difference; measured at
+    # most 1.31), on average within 10% over the last 20 updates (measured 1.5%)
+    assert np.all((charged < 2 * trained) & (trained < 2 * charged)), np.round([charged, trained], 2).tolist()
+    assert charged[-20:].mean() == pytest.approx(trained[-20:].mean(), rel=0.1)
+    # each example's loss falls on its own head, so one batch's loss swings (measured 2.37
+    # over the first five updates, 2.01-2.04 over the last ten, at one and two threads)
+    assert trained[-10:].mean() < 0.92 * trained[:5].mean(), "the network learned"
 
 
 def test_net_and_dataset_must_agree(dataset):

@@ -4,6 +4,7 @@ from helpers import randomize_routers, varied_images, vector_tree
 
 from routing_rl.core.execution import dynamic, follow, full, reach, route
 from routing_rl.nets.multiscale import chain, static, tree
+from routing_rl.nets.router import read_exit_confidence
 
 
 def assert_same_routing(net, x, k_cpt=None):
@@ -121,3 +122,17 @@ def test_reach_marks_the_examples_at_each_node():
     assert reached["leafB"].tolist() == [False, True, False, False]
     assert reached["leafC"].tolist() == [False, False, True, False]
     assert reached["leafD"].tolist() == [False, False, False, True]
+
+
+def test_routing_on_exit_confidence_matches_full_evaluation():
+    net = read_exit_confidence(chain(classes=3))
+    with torch.no_grad():
+        for junction in net.junctions:  # routers that lean on the confidence
+            net.nodes[junction].router.layers[0].weight[:, -1].normal_(0, 5)
+    x = varied_images(16)
+    randomize_routers(net, x).eval()
+    routed = dynamic(net, x)
+    leaf, logits, macs = follow(net, full(net, x))
+    assert len(set(routed.leaf.tolist())) > 1, "the confidence should split the batch"
+    assert torch.equal(routed.leaf, leaf) and torch.allclose(routed.logits, logits, atol=1e-5)
+    assert torch.equal(routed.macs, macs)

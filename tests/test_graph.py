@@ -3,8 +3,8 @@ import torch
 from helpers import vector_tree
 from torch import nn
 
-from routing_rl.core.graph import Node, RoutedNet, take
-from routing_rl.nets.router import Router
+from routing_rl.core.graph import Node, RoutedNet, exit_confidence, take
+from routing_rl.nets.router import Router, read_exit_confidence
 
 
 def test_structure_is_read_off_a_generic_tree():
@@ -89,3 +89,65 @@ def test_leaf_macs_follow_the_module_to_its_device():
     net = vector_tree()
     assert net.leaf_macs.device == torch.device("cpu")
     assert "leaf_macs" not in net.state_dict()
+
+
+def test_routers_read_their_exits_confidence_and_start_where_they_were():
+    net = vector_tree().eval()
+    x = torch.rand(5, 6)
+    before = net(x)
+    wide = read_exit_confidence(net).eval()
+    after = wide(x)
+    assert wide.exit_confidence and read_exit_confidence(wide) is wide
+    assert [head for head in wide.nodes["fork"].exits] == [wide.nodes["leafC"], wide.nodes["leafD"]]
+    assert after.descriptors["root"].shape == (5, 8 + 1) and after.descriptors["fork"].shape == (5, 5 + 2)
+    root_state = wide.nodes["root"].transform(x)
+    expected = before.logits["leafA"].softmax(1).amax(1).log()
+    assert torch.allclose(after.descriptors["root"][:, -1], expected)
+    assert torch.allclose(exit_confidence(before.logits["leafA"])[:, 0], expected)
+    assert torch.equal(after.descriptors["root"][:, :8], wide.nodes["root"].descriptor(root_state))
+    for junction in wide.junctions:  # the new inputs' weights start at zero
+        assert torch.allclose(after.scores[junction], before.scores[junction])
+
+
+def test_a_junction_pays_for_the_heads_its_router_reads():
+    net = vector_tree()
+    plain_router, plain_macs = dict(net.router_macs), dict(net.macs)
+    wide = read_exit_confidence(net)
+    assert wide.macs == plain_macs, "each head counted once at its leaf"
+    # per confidence read: one weight per hidden unit, and its head
+    assert wide.router_macs["root"] == plain_router["root"] + 1 * 16 + plain_macs["leafA"]
+    assert wide.router_macs["fork"] == plain_router["fork"] + 2 * 16 + plain_macs["leafC"] + plain_macs["leafD"]
+    assert wide.path_macs("leafB") == net.path_macs("leafB") + 16 + plain_macs["leafA"]
+
+
+def test_routing_losses_do_not_reach_the_heads_through_their_confidence():
+    wide = read_exit_confidence(vector_tree())
+    with torch.no_grad():
+        for layer in (0, -1):
+            wide.nodes["root"].router.layers[layer].weight.normal_()
+    wide(torch.rand(4, 6)).scores["root"][:, 0].pow(2).sum().backward()
+    assert all(p.grad is None for p in wide.nodes["leafA"].parameters())
+    assert wide.nodes["root"].router.layers[0].weight.grad[:, -1].abs().sum() > 0
+
+
+def test_reading_exits_needs_routers_it_can_widen():
+    class Scores(nn.Module):
+        def forward(self, descriptor, k_cpt=None):
+            return descriptor[:, :2]
+
+    nodes = {"root": Node(nn.Linear(2, 3), ["a", "b"], Scores()), "a": leaf(3), "b": leaf(3)}
+    with pytest.raises(ValueError, match="not a Router"):
+        read_exit_confidence(RoutedNet(nodes, root="root", input_shape=(2,), classes=2))
+
+
+def test_a_router_that_reads_k_cpt_keeps_its_k_cpt_weights_when_widened():
+    net = vector_tree(k_cpt_input=True)
+    with torch.no_grad():
+        net.nodes["root"].router.layers[0].weight[:, -1].fill_(3.0)
+    old = net.nodes["root"].router.layers[0].weight.clone()
+    wide = read_exit_confidence(net)
+    weight = wide.nodes["root"].router.layers[0].weight
+    assert torch.equal(weight[:, :8], old[:, :8]) and torch.equal(weight[:, -1], old[:, -1])
+    assert torch.equal(weight[:, 8], torch.zeros(16)), "the confidence's MLP weights start at zero"
+    out = wide.eval()(torch.rand(3, 6), k_cpt=4e-9)
+    assert out.scores["root"].shape == (3, 3)

@@ -171,3 +171,18 @@ def test_plain_sb3_algorithms_take_the_vec_env_directly():
 def test_train_sb3_rejects_other_agents(tmp_path):
     with pytest.raises(ValueError, match="train_sb3 trains dqn, ppo, a2c"):
         train_sb3(make_config("smoke", agent="critic"), tiny_dataset(), tmp_path, torch.device("cpu"))
+
+
+def test_observations_carry_the_exits_confidence_and_the_model_reloads(tmp_path):
+    dataset = tiny_dataset()
+    result = train_sb3(short_config("dqn", iterations=8, exit_confidence=True), dataset, tmp_path, torch.device("cpu"))
+    assert result.net.exit_confidence
+    assert result.model.observation_space.shape[0] == 2048 + 1 + 7, "column 7's descriptor, its exit's confidence, 7 junctions"
+    (test,) = result.evaluations(dataset.test)
+    model, net = load_sb3(tmp_path / "model.zip")
+    assert net.exit_confidence and model.observation_space == result.model.observation_space
+    again = evaluate(net, dataset.test, 4e-9, sb3_decide(model, net, 4e-9))
+    assert again["accuracy"] == test["accuracy"] and again["mean_macs"] == test["mean_macs"]
+    resumed = train_sb3(short_config("dqn", iterations=12, exit_confidence=True), dataset, tmp_path,
+                        torch.device("cpu"), resume=True)
+    assert resumed.model.feature_trainer.updates == 12

@@ -35,6 +35,14 @@ def flatten_descriptor(state: torch.Tensor) -> torch.Tensor:
     return state.flatten(1)
 
 
+def exit_confidence(logits: torch.Tensor) -> torch.Tensor:
+    """``(B, 1)``: the log of a head's top softmax probability (nats, in [-ln classes, 0]),
+    detached: the signal a confidence threshold routes on, and minus the cross-entropy the
+    head would pay if its top class were right. Detached so that it stays a reading:
+    routing losses do not make heads more or less confident."""
+    return logits.detach().log_softmax(1).amax(1, keepdim=True)
+
+
 def take(state: State, index: torch.Tensor) -> State:
     """Select examples ``index`` (a 1-D long tensor) from every tensor in ``state``; a
     channels-last tensor stays channels-last."""
@@ -70,6 +78,9 @@ class Node(nn.Module):
             required at a junction (two or more sinks), forbidden elsewhere.
         descriptor: maps this node's state to the router's input features ``(B, D)``;
             defaults to flattening the state.
+
+    ``exits`` (set by ``RoutedNet(..., exit_confidence=True)``): the heads among a junction's
+    sinks whose :func:`exit_confidence` its router also reads, after the descriptor.
     """
 
     def __init__(
@@ -84,6 +95,7 @@ class Node(nn.Module):
         self.router = router
         self.sinks = list(sinks)
         self.descriptor = descriptor
+        self.exits: list[Node] = []
         if len(self.sinks) >= 2 and router is None:
             raise ValueError(f"a junction with {len(self.sinks)} sinks needs a router")
         if len(self.sinks) < 2 and router is not None:
@@ -107,8 +119,15 @@ class Node(nn.Module):
         state = self.transform(inputs)
         if self.router is None:
             return NodeOutput(state, None, None)
-        descriptor = self.descriptor(state)
+        descriptor = self.router_input(state)
         return NodeOutput(state, descriptor, self.router(descriptor, k_cpt))
+
+    def router_input(self, state: State) -> torch.Tensor:
+        """``(B, D)``: the descriptor, then each of :attr:`exits`' confidence on ``state``."""
+        descriptor = self.descriptor(state)
+        if not self.exits:
+            return descriptor
+        return torch.cat([descriptor, *(exit_confidence(head(head.reads(state)).state) for head in self.exits)], 1)
 
 
 @dataclass
@@ -116,7 +135,8 @@ class FullOutput:
     """Result of evaluating every node of a net on the whole batch.
 
     scores: junction name -> router scores ``(B, n_sinks)``.
-    descriptors: junction name -> the router's input features ``(B, D)`` (without k_cpt).
+    descriptors: junction name -> the router's input features ``(B, D)`` (without k_cpt;
+        with the exits' confidence when the net reads it).
     logits: leaf name -> head logits ``(B, classes)``.
     """
 
@@ -134,6 +154,11 @@ class RoutedNet(nn.Module):
         input_shape: the shape of one example, without the batch dimension.
         classes: the number of classes every leaf predicts.
         k_cpt_input: whether routers read k_cpt as an extra input (dynamic k_cpt).
+        exit_confidence: whether every junction's router also reads the confidence of each
+            head among its sinks (:attr:`Node.exits`); the routers must take those inputs
+            (:func:`routing_rl.nets.router.read_exit_confidence` widens a built net's). The
+            heads' MACs then count as the junction's router MACs, and again at the leaf
+            when an example exits there.
 
     Attributes (all derived from the structure, fixed after construction):
         order: node names in pre-order (every parent before its sinks).
@@ -153,6 +178,7 @@ class RoutedNet(nn.Module):
         input_shape: Sequence[int],
         classes: int,
         k_cpt_input: bool = False,
+        exit_confidence: bool = False,
     ):
         super().__init__()
         self.nodes = nn.ModuleDict(nodes)
@@ -160,7 +186,11 @@ class RoutedNet(nn.Module):
         self.input_shape = tuple(int(s) for s in input_shape)
         self.classes = int(classes)
         self.k_cpt_input = bool(k_cpt_input)
+        self.exit_confidence = bool(exit_confidence)
         self.order, self.parent = self._walk()
+        for name in self.order:
+            node = self.nodes[name]
+            node.exits = [self.nodes[s] for s in node.sinks if self.exit_confidence and node.is_junction and self.nodes[s].is_leaf]
         self.leaves = [n for n in self.order if self.nodes[n].is_leaf]
         self.junctions = [n for n in self.order if self.nodes[n].is_junction]
         self.leaf_index = {name: i for i, name in enumerate(self.leaves)}
@@ -270,6 +300,11 @@ class RoutedNet(nn.Module):
             self.train(was_training)
         macs = {n: c.macs for n, c in transform_counters.items()}
         router_macs = {n: router_counters[n].macs if n in router_counters else 0 for n in self.order}
+        for name in self.order:  # a head read by its junction ran twice: once for its router
+            for sink in self.nodes[name].sinks:
+                if self.nodes[sink] in self.nodes[name].exits:
+                    macs[sink] //= 2
+                    router_macs[name] += macs[sink]
         return macs, router_macs
 
 

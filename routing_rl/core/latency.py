@@ -63,7 +63,7 @@ def profile_latency(net: RoutedNet, batch_size: int, warmup: int = 3, repeats: i
                 node = net.nodes[name]
                 parts = {"transform": lambda: node.transform(inputs[name])}
                 if node.router is not None:
-                    parts["router"] = lambda: node.router(node.descriptor(states[name]), k_cpt)
+                    parts["router"] = lambda: node.router(node.router_input(states[name]), k_cpt)
                 for part, run in parts.items():
                     _sync(device)
                     start = time.perf_counter()

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from routing_rl.core.graph import Node, RoutedNet
 from routing_rl.core.k_cpt import router_input
 from routing_rl.nets.folding import Foldable, norm_affine, norm_tensors, use_folded
 
@@ -101,3 +102,35 @@ class Router(Foldable):
             scale, shift = norm_affine(norm)
             folded += [(linear.weight * scale.unsqueeze(1)).t().contiguous(), linear.bias * scale + shift]
         return (*folded, last.weight.t().contiguous(), last.bias.clone())
+
+
+def read_exit_confidence(net: RoutedNet) -> RoutedNet:
+    """The same net (modules and weights shared) whose routers also read the confidence of
+    the heads among their sinks (:func:`~routing_rl.core.graph.exit_confidence`, the signal a
+    confidence threshold routes on), and whose env observations carry it.
+
+    Each :class:`Router`'s first layer gets one input more per such head, after the
+    descriptor (before k_cpt, for a router that reads it), its weights zero: the routers start
+    where they were and learn how far to trust each head. Raises ValueError if a junction's
+    router is not a :class:`Router`.
+    """
+    if net.exit_confidence:
+        return net
+    for name in net.junctions:
+        router = net.nodes[name].router
+        if not isinstance(router, Router):
+            raise ValueError(f"junction {name!r} has a {type(router).__name__}, not a Router, so it cannot read "
+                             "its exits' confidence; build its routers with routing_rl.nets.router.Router")
+        exits = sum(net.nodes[sink].is_leaf for sink in net.nodes[name].sinks)
+        first = router.layers[0]
+        descriptor_size = first.in_features - int(router.k_cpt_input)
+        wider = nn.Linear(first.in_features + exits, first.out_features, device=first.weight.device)
+        with torch.no_grad():
+            wider.weight.zero_()
+            wider.weight[:, :descriptor_size] = first.weight[:, :descriptor_size]
+            wider.weight[:, wider.in_features - int(router.k_cpt_input):] = first.weight[:, descriptor_size:]
+            wider.bias.copy_(first.bias)
+        router.layers[0] = wider
+        router._fold_cache = None
+    nodes: dict[str, Node] = dict(net.nodes.items())
+    return RoutedNet(nodes, net.root, net.input_shape, net.classes, net.k_cpt_input, exit_confidence=True)

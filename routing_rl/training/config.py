@@ -196,6 +196,7 @@ class TrainConfig:
     channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
     compile: bool = False  # torch.compile of the full evaluation
     execution: str = "full"  # every node on every image (agents/critic.py says why); "sampled": the decisions' paths only
+    exit_confidence: bool = False  # routers also read their exit heads' top softmax probability
     side_heads: bool = True  # sampled critics: train every head whose input the path computed; dqn: replay those exits
     uniform_weight: float = 1.0  # dqn/ppo/a2c full-tree joint training: every head's weight beside the reached one's 1
     error_cost: str = "cross_entropy"
@@ -301,6 +302,9 @@ class TrainConfig:
             raise ValueError("--latency-batch and --latency-profile belong to the latency cost; add --cost latency")
         if self.compile and self.agent in SB3_AGENTS:
             raise ValueError(f"--compile speeds up the gradient learners' steps; {self.agent} trains through SB3, drop --compile")
+        if self.exit_confidence and self.agent in ("static", "threshold"):
+            raise ValueError(f"--exit-confidence is read by routers and by the SB3 agents' observations; "
+                             f"{self.agent!r} has neither: drop it")
         if self.dynamic_k_cpt and self.agent in ("static", "threshold"):
             raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
         for name in ("error_cost", "utility_error"):
