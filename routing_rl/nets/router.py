@@ -111,8 +111,9 @@ def read_exit_confidence(net: RoutedNet) -> RoutedNet:
 
     Each :class:`Router`'s first layer gets one input more per such head, after the
     descriptor (before k_cpt, for a router that reads it), its weights zero: the routers start
-    where they were and learn how far to trust each head. Raises ValueError if a junction's
-    router is not a :class:`Router`.
+    where they were and learn how far to trust each head. The routers are widened in place,
+    so use the returned net, not ``net``. Raises ValueError if a junction's router is not a
+    :class:`Router`.
     """
     if net.exit_confidence:
         return net
