@@ -64,7 +64,7 @@ HELP = {
     "compile": "torch.compile the full-tree step (compiles for minutes at the first step)",
     "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, every node on every image; "
                  "sampled: critics compute only the sampled paths; for dqn, ppo, a2c: how the env trains the features)",
-    "exit_confidence": "every router also reads the confidence (top softmax probability) of the exit heads among "
+    "exit_confidence": "every router (and the SB3 agents' observation) also reads the log top softmax probability of the exit heads among "
                        "its sinks, the signal the confidence threshold routes on; costs the heads' MACs at every junction",
     "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is "
                   "computed); dqn: also replay those exits, with the rewards they would have earned",
