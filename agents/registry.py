@@ -15,7 +15,6 @@ from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel
 from routing_rl.envs.task import RoutingTask
 from routing_rl.nets.multiscale import build
-from routing_rl.nets.router import read_exit_confidence
 from routing_rl.nets.seeding import seeded_net
 from routing_rl.training.acceleration import accelerate
 from routing_rl.training.config import SB3_AGENTS, TrainConfig
@@ -28,11 +27,10 @@ def build_net(config: TrainConfig, task: RoutingTask | int, device: torch.device
     ``task``'s net called ``config.arch``, or, given a class count, the paper's multiscale net.
     :meth:`TrainConfig.validate` has already checked that the arch suits the agent."""
     if isinstance(task, RoutingTask):
-        net = task.make_net(config.arch, config.width, config.dynamic_k_cpt, config.seed, device)
-    else:
-        net = seeded_net(lambda: build(config.arch, config.width, task, k_cpt_input=config.dynamic_k_cpt),
-                         config.seed, device)
-    return read_exit_confidence(net) if config.exit_confidence and net.junctions else net
+        return task.make_net(config.arch, config.width, config.dynamic_k_cpt, config.seed, device, config.exit_confidence)
+    exit_confidence = config.exit_confidence and not config.arch.startswith("static-")
+    return seeded_net(lambda: build(config.arch, config.width, task, config.dynamic_k_cpt, exit_confidence),
+                      config.seed, device)
 
 
 def make_learner(config: TrainConfig, task: RoutingTask | int, device: torch.device, cost: CostModel | None = None) -> Learner:

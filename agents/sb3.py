@@ -128,7 +128,6 @@ from routing_rl.training.evaluate import evaluate
 from routing_rl.core.execution import Decide, Junction
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
-from routing_rl.nets.router import read_exit_confidence
 from routing_rl.nets.seeding import seeded_net
 from routing_rl.training.splits import training_splits
 
@@ -199,12 +198,13 @@ class RoutedNetSaving:
         """A net of the saved arch (its weights are loaded next): the task's, or the paper's
         multiscale net for models of a dataset in memory."""
         routing = self.routing
+        exit_confidence = bool(routing.get("exit_confidence"))
         if routing.get("env") is None:
-            net = seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"]), 0, self.device)
-            return read_exit_confidence(net) if routing.get("exit_confidence") else net
+            return seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"],
+                                            exit_confidence=exit_confidence), 0, self.device)
         dataset = {"dataset": routing["dataset"]} if routing.get("dataset") else {}
-        net = task_from_env(routing["env"], **dataset)[0].make_net(routing["arch"], routing["width"], device=self.device)
-        return read_exit_confidence(net) if routing.get("exit_confidence") else net
+        return task_from_env(routing["env"], **dataset)[0].make_net(routing["arch"], routing["width"], device=self.device,
+                                                                    exit_confidence=exit_confidence)
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, variables = super()._get_torch_save_params()
@@ -333,9 +333,10 @@ def load_sb3(path: str | Path, env: RoutingSB3VecEnv | None = None, device: str 
         if net is None:
             if routing.get("arch") is None:
                 raise SB3LoadError(f"{path} routes a hand-built net; pass it: load_sb3(path, net=...)")
-            net = (task.make_net(routing["arch"], routing["width"]) if task is not None
-                   else seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"]), 0, "cpu"))
-            net = read_exit_confidence(net) if routing.get("exit_confidence") else net
+            exit_confidence = bool(routing.get("exit_confidence"))
+            net = (task.make_net(routing["arch"], routing["width"], exit_confidence=exit_confidence) if task is not None
+                   else seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"],
+                                                 exit_confidence=exit_confidence), 0, "cpu"))
     owned = {"routed_net": net, "feature_trainer": env.unwrapped.trainer if env is not None else None}
     model = ALGORITHMS[routing["agent"]]("MlpPolicy", env, device=device, routing=routing, seed=data.get("seed"),
                                          _init_setup_model=False, **owned, **copy.deepcopy(routing["sb3"]))
@@ -472,8 +473,8 @@ def check_sb3_fits(config: TrainConfig, task: RoutingTask, device: torch.device)
 
     check_fits(config, lambda width: task.make_net(config.arch, width, config.dynamic_k_cpt), device,
                batch_size=config.n_envs, flag="--n-envs")
-    net = task.make_net(config.arch, config.width)
-    observation = task.observation_layout(read_exit_confidence(net) if config.exit_confidence else net, config.dynamic_k_cpt)
+    net = task.make_net(config.arch, config.width, exit_confidence=config.exit_confidence)
+    observation = task.observation_layout(net, config.dynamic_k_cpt)
     floats = int(np.prod(observation.observation_space.shape))
     kwargs = sb3_kwargs(config, config.n_envs)
     if config.agent == "dqn":
@@ -561,9 +562,8 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     torch.manual_seed(config.seed)
     train_part, validation = splits if splits is not None else training_splits(config, task.dataset())[:2]
     n_envs = config.n_envs
-    net = task.make_net(config.arch, config.width, seed=config.seed, device=device)  # the agent reads k_cpt, not the routers
-    if config.exit_confidence:  # the observations then carry each exit's confidence after the descriptor
-        net = read_exit_confidence(net)
+    # the agent reads k_cpt, not the routers; with exit_confidence its observations carry each exit's confidence
+    net = task.make_net(config.arch, config.width, seed=config.seed, device=device, exit_confidence=config.exit_confidence)
     env_kwargs = dict(task=task, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost, clip_actions=True,
                       cost=cost)
     joint = JointTraining.from_config(config)

@@ -51,6 +51,7 @@ from routing_rl.core.costs import error_cost
 from routing_rl.core.graph import RoutedNet, path_net
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.registration import ENV_KEYWORDS, register_task
+from routing_rl.nets.router import read_exit_confidence
 from routing_rl.nets.seeding import seeded_net
 
 __all__ = ["ENV_KEYWORDS", "RoutingTask", "TaskFactory", "env_spec", "make_task", "register_task", "task_from_env"]
@@ -146,10 +147,12 @@ class RoutingTask(ABC):
         return (*self.archs, *(a for a in self.static_archs() if a not in self.archs))
 
     def make_net(self, arch: str | None = None, width: int = 1, k_cpt_input: bool = False, seed: int = 0,
-                 device: str | torch.device = "cpu") -> RoutedNet:
+                 device: str | torch.device = "cpu", exit_confidence: bool = False) -> RoutedNet:
         """:meth:`build_net` with weights initialised from ``seed``, on ``device``; a derived
         static arch (``static-<leaf>``, :meth:`static_archs`) is the first arch's net cut to
-        that leaf's path."""
+        that leaf's path. ``exit_confidence``: its routers, and the env's observations, also
+        read their exits' confidence (:func:`~routing_rl.nets.router.read_exit_confidence`;
+        a net without junctions is returned as built)."""
         arch = self.default_arch(None) if arch is None else arch
         if arch not in self.all_archs():
             raise ValueError(f"{type(self).__name__} has no arch {arch!r}; choose one of {', '.join(self.all_archs())}")
@@ -161,7 +164,7 @@ class RoutingTask(ABC):
         if net.classes != len(self.classes):
             raise ValueError(f"{type(self).__name__}.build_net({arch!r}) predicts {net.classes} classes, "
                              f"the dataset has {len(self.classes)}")
-        return net
+        return read_exit_confidence(net) if exit_confidence and net.junctions else net
 
     def error_cost(self, logits: torch.Tensor, labels: torch.Tensor, kind: str = "cross_entropy") -> torch.Tensor:
         """c_err per example ``(B,)`` from a leaf's logits ``(B, classes)`` and labels ``(B,)``;

@@ -47,6 +47,21 @@ def test_k_cpt_input_adds_one_router_input():
     assert chain(k_cpt_input=True).router_macs["col1"] == chain().router_macs["col1"] + 16
 
 
+def test_exit_confidence_widens_every_router_by_its_exits_and_keeps_the_weights():
+    torch.manual_seed(0)
+    plain = build("chain", classes=3, k_cpt_input=True)
+    torch.manual_seed(0)
+    reading = build("chain", classes=3, k_cpt_input=True, exit_confidence=True)
+    assert reading.exit_confidence and not plain.exit_confidence
+    for junction in plain.junctions:
+        narrow, wide = plain.nodes[junction].router.layers[0], reading.nodes[junction].router.layers[0]
+        assert wide.in_features == narrow.in_features + 1, "a chain junction has one exit among its sinks"
+        assert torch.equal(wide.weight[:, :-2], narrow.weight[:, :-1]) and torch.equal(wide.weight[:, -1], narrow.weight[:, -1])
+        assert not wide.weight[:, -2].any(), "the confidence's weights start at zero, before k_cpt's"
+    with pytest.raises(ValueError, match="drop exit_confidence"):
+        build("static-2", exit_confidence=True)
+
+
 def test_tree_structure():
     net = tree()
     columns = column_names(net)

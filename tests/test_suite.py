@@ -248,6 +248,8 @@ def test_rows_average_seeds_and_pool_exits():
     (["--agent", "actor", "--tasks", "hybrid-easy"], "unknown suite task 'hybrid-easy'"),
     (["--agent", "static"], "the suite trains the static nets itself"),
     (["--agent", "actor", "--set", "iterations"], "--set takes FIELD=VALUE, got 'iterations'"),
+    (["--agent", "actor", "--learner-set", "lr"], "--learner-set takes FIELD=VALUE, got 'lr'"),
+    (["--agent", "actor", "--learner-set", "seed=3"], "the suite sets seed per run itself; drop it from --learner-set"),
     (["--agent", "actor", "--workers", "2", "--ray"], "with --ray, Ray places the runs"),
     (["--agent", "actor", "--static-lr", "0.1", "auto"], "--static-lr takes learning rates or auto alone"),
 ])
@@ -305,7 +307,7 @@ def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache
     args = ["--agent", "actor", "critic", "--preset", "smoke", "--tasks", "hybrid-even", "--k-cpts", "4e-9",
             "--static-lr", "0.05", "0.02",
             "--data-dir", str(tiny_data), "--download", "false", "--validation-fraction", "0.4",
-            "--iterations", "6", "--set", "eval_every=3",
+            "--iterations", "6", "--set", "eval_every=3", "--learner-set", "exit_confidence=true",
             "--logdir", str(tmp_path / "runs"), "--json", str(tmp_path / "suite.json")]
     assert main([*args, "--workers", "2"]) == 0  # the runs train in two worker processes
     first = capsys.readouterr().out
@@ -332,6 +334,10 @@ def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache
     budgets = [(p["lr"], p["budget"]) for p in task["threshold"]["0"]]  # the threshold at both rates, its budgets each
     assert sorted(budgets) == sorted((lr, b) for lr in (0.05, 0.02) for b in {b for _, b in budgets})
     assert results["overrides"] == {"iterations": 6, "eval_every": 3, "validation_fraction": 0.4}
+    assert results["learner_overrides"] == {"exit_confidence": True}  # the learners only: static and threshold refuse it
+    learner = json.loads((tmp_path / "runs" / "hybrid-even" / "actor-chain-k4e-09-s0-softmax-exit_confidence=true"
+                          / "config.json").read_text())
+    assert learner["exit_confidence"] and not saved["exit_confidence"]
     assert main([*args, "--workers", "0"]) == 0
     again = capsys.readouterr().out
     assert "training" not in again and "complete, skipped" in again

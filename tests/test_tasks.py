@@ -77,6 +77,18 @@ def test_equal_seeds_give_equal_nets_and_observations():
     assert not np.allclose(steps(a, 123, actions), steps(other, 123, actions)), "the seed must reach the net"
 
 
+def test_a_tasks_net_reads_its_exits_confidence_when_asked():
+    task = VectorTask()
+    plain, reading = task.make_net(seed=4), task.make_net(seed=4, exit_confidence=True)
+    assert reading.exit_confidence and not plain.exit_confidence
+    same = zip(plain.nodes["root"].transform.parameters(), reading.nodes["root"].transform.parameters())
+    assert all(torch.equal(a, b) for a, b in same), "the same seed builds the same transforms"
+    for junction in plain.junctions:
+        exits = sum(plain.nodes[sink].is_leaf for sink in plain.nodes[junction].sinks)
+        widths = [n.nodes[junction].router.layers[0].in_features for n in (plain, reading)]
+        assert widths[1] == widths[0] + exits
+
+
 def test_the_paper_env_ids_are_seeded_too():
     from test_env import tiny_dataset
 

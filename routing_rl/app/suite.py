@@ -35,7 +35,7 @@ from pathlib import Path
 from routing_rl.app.frontier import frontier_margin, static_frontier
 from routing_rl.app.runs import METRICS_FILE, RunError, final_validation_accuracy
 from routing_rl.app.sweep import (LR_CANDIDATES, add_backend_arguments, add_schedule_arguments, backend, exit_status,
-                                  run_sweep, schedule_fields, select_static_lr, static_lr_flag, sweep_configs)
+                                  fields, run_sweep, schedule_fields, select_static_lr, static_lr_flag, sweep_configs)
 from routing_rl.app.summary import SOURCE_NAMES, best_single_exit, inference_cost
 from routing_rl.core.files import atomic_write_text
 from routing_rl.core.memory import retain_freed_memory
@@ -48,6 +48,15 @@ SUITE = ("hybrid", "cifar2", "cifar5", "cifar10", "hybrid-swap", "hybrid-even", 
 """The suite's tasks, by dataset name (each also a registered env id, see docs/suite.md)."""
 WHERE_ONLY = ("device", "data_dir", "download")
 """Config fields that say where runs train and find their data, not how: left out of the results."""
+SUITE_OWNED = ("agent", "policy", "k_cpt", "seed", "dataset", "env", "logdir", "run_name")
+"""Config fields the suite sets per run itself; ``--learner-set`` refuses them."""
+
+
+def learner_tag(learner_fields: dict) -> str:
+    """The run-name suffix of learners trained with ``learner_fields`` (empty without), so
+    that learners of other settings share a task's folder, static nets and threshold."""
+    return "".join(f"-{name}={value if isinstance(value, str) else json.dumps(value)}"
+                   for name, value in sorted(learner_fields.items()))
 STATIC_LRS = (0.1, 0.02)
 """The static nets' learning rates by default, each net's point the better on validation: one
 rate for every net starves some of them (docs/suite.md, "The static frontier")."""
@@ -185,7 +194,7 @@ def average(points: list[dict]) -> dict:
 def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Sequence[float] = (4e-9,), seeds: Sequence[int] = (0,),
               preset: str = "quick", policy: str | None = None, static_lr: Sequence[float] | str = STATIC_LRS,
               lr_candidates: Sequence[float] = LR_CANDIDATES, lr_iterations: int = 400, logdir: str = "runs/suite",
-              log: Callable = print, backend: dict | None = None, **machine) -> dict:
+              log: Callable = print, backend: dict | None = None, learner_fields: dict | None = None, **machine) -> dict:
     """Train and judge each of ``agents`` over ``tasks`` (see the module docstring); the
     results, JSON-ready, a row per (task, learner, k_cpt). The learners share the static nets
     and the threshold of each task and seed.
@@ -194,9 +203,16 @@ def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Seque
     static net and the threshold at. ``backend``: where the runs train
     (:func:`~routing_rl.app.sweep.run_sweep`'s ``workers``, ``ray``, ``runs_per_gpu``;
     default: one after another in this process). ``machine``: further config
-    fields shared by every run (``device``, ``data_dir``, ``iterations``, ``validation_fraction``...).
+    fields shared by every run (``device``, ``data_dir``, ``iterations``, ``validation_fraction``...);
+    ``learner_fields``: config fields of the learners only (``exit_confidence``, ``lr``...), over
+    ``machine``'s, named in their run folders.
     """
     tasks = check_tasks(tasks)
+    learner_fields = dict(learner_fields or {})
+    owned = sorted(set(learner_fields) & set(SUITE_OWNED))
+    if owned:
+        raise RunError(f"the suite sets {', '.join(owned)} per run itself; drop it from --learner-set "
+                       "(--agent, --policy, --k-cpts, --seeds, --tasks and --logdir choose them)")
     backend = backend or {}
     where = {task: dict(machine, dataset=task, logdir=str(Path(logdir) / task)) for task in tasks}
     lr_of = {}
@@ -215,14 +231,15 @@ def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Seque
         for seed in seeds:
             threshold = [lr_tagged(config, lr_of[task]) for lr in lr_of[task] for config in
                          sweep_configs(["threshold"], [k_cpts[0]], [seed], preset=preset, lr=lr, **where[task])]
-            learners = sweep_configs(agents, k_cpts, [seed], preset=preset, policy=policy, **where[task])
-            for config in learners:  # learners with other policies share the logdir (and its static nets)
-                config.run_name += f"-{config.resolved_policy}"
+            learners = sweep_configs(agents, k_cpts, [seed], preset=preset, policy=policy, **{**where[task], **learner_fields})
+            for config in learners:  # learners with other policies or settings share the logdir (and its static nets)
+                config.run_name += f"-{config.resolved_policy}{learner_tag(learner_fields)}"
             planned.append((task, seed, len(threshold), len(learners)))
             configs += threshold + learners
     run_dirs = iter(run_sweep(configs, log, **backend))
     results = {"agents": list(agents), "policy": policy, "preset": preset, "k_cpts": [float(k) for k in k_cpts],
                "seeds": list(seeds), "overrides": {k: v for k, v in machine.items() if v is not None and k not in WHERE_ONLY},
+               "learner_overrides": learner_fields,
                "tasks": {task: {"static_lr": lr_of[task], "static": {}, "frontier": {}, "threshold": {}, "rows": []}
                          for task in tasks}}
     rows: dict[str, dict[tuple[str, float], list[dict]]] = {task: {} for task in tasks}
@@ -286,6 +303,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--policy", default=None, choices=POLICIES, help="training routing policy (default: the agent's)")
     parser.add_argument("--preset", default="quick", choices=PRESETS, help="schedule of every run (default: quick)")
     add_schedule_arguments(parser)
+    parser.add_argument("--learner-set", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="config fields of the learners only, values in JSON (e.g. exit_confidence=true lr=0.02); "
+                             "their run folders are named with them")
     parser.add_argument("--tasks", nargs="+", default=list(SUITE), help=f"suite tasks (default: {' '.join(SUITE)})")
     parser.add_argument("--k-cpts", nargs="+", type=float, default=[4e-9, 1.6e-8], help="k_cpt values (default: 4e-9 1.6e-8)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (default: 0)")
@@ -327,7 +347,8 @@ def _suite(args, prog: str, argv: list[str] | None) -> int:
     try:
         results = run_suite(agents, args.tasks, args.k_cpts, args.seeds, args.preset, args.policy, static_lr,
                             args.lr_candidates, args.lr_iterations, args.logdir,
-                            backend=backend(args, [make_config(args.preset, device=args.device)]), **machine)
+                            backend=backend(args, [make_config(args.preset, device=args.device)]),
+                            learner_fields=fields(args.learner_set, "--learner-set"), **machine)
     except DataNotFoundError as error:
         raise RunError(str(error)) from None
     results["command"] = [prog, *(sys.argv[1:] if argv is None else argv)]

@@ -220,13 +220,13 @@ def schedule_fields(args) -> dict:
     return {"iterations": args.iterations, **fields(args.set)}
 
 
-def fields(pairs: Sequence[str]) -> dict:
-    """``FIELD=VALUE`` pairs as config fields (VALUE read as JSON, else as text)."""
+def fields(pairs: Sequence[str], flag: str = "--set") -> dict:
+    """``FIELD=VALUE`` pairs, given with ``flag``, as config fields (VALUE read as JSON, else as text)."""
     out = {}
     for pair in pairs:
         name, sep, text = pair.partition("=")
         if not sep or not name:
-            raise RunError(f"--set takes FIELD=VALUE, got {pair!r}")
+            raise RunError(f"{flag} takes FIELD=VALUE, got {pair!r}")
         try:
             out[name.replace("-", "_")] = json.loads(text)
         except json.JSONDecodeError:

@@ -20,7 +20,7 @@ from torch import nn
 
 from routing_rl.core.graph import Node, RoutedNet
 from routing_rl.nets.folding import Foldable, norm_affine, norm_tensors, use_folded
-from routing_rl.nets.router import BN_EPS, BN_MOMENTUM, Router
+from routing_rl.nets.router import BN_EPS, BN_MOMENTUM, Router, read_exit_confidence
 
 INPUT_SHAPE = (3, 32, 32)
 PYRAMID_LEVELS = 4
@@ -249,12 +249,17 @@ def arch_names() -> list[str]:
     return [f"static-{n}" for n in range(1, len(COLUMN_CHANNELS) + 1)] + ["chain", "tree"]
 
 
-def build(arch: str, width: int = 1, classes: int = 10, k_cpt_input: bool = False) -> RoutedNet:
-    """A net by arch name: ``static-N`` (N = 1..8), ``chain`` or ``tree``."""
+def build(arch: str, width: int = 1, classes: int = 10, k_cpt_input: bool = False,
+          exit_confidence: bool = False) -> RoutedNet:
+    """A net by arch name: ``static-N`` (N = 1..8), ``chain`` or ``tree``; ``exit_confidence``:
+    its routers also read their exits' confidence (:func:`~routing_rl.nets.router.read_exit_confidence`)."""
     if arch not in arch_names():
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(arch_names())}")
     if arch.startswith("static-"):
         if k_cpt_input:
             raise ValueError("a static net has no routers, so it cannot read k_cpt; drop k_cpt_input")
+        if exit_confidence:
+            raise ValueError("a static net has no routers, so it cannot read its exits' confidence; drop exit_confidence")
         return static(int(arch.removeprefix("static-")), width, classes)
-    return (chain if arch == "chain" else tree)(width, classes, k_cpt_input)
+    net = (chain if arch == "chain" else tree)(width, classes, k_cpt_input)
+    return read_exit_confidence(net) if exit_confidence else net
