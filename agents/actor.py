@@ -8,7 +8,18 @@ probabilities on its path) is known, and
 
 is computed exactly, without sampling; ``cost(leaf)`` is the path's MACs, or its measured time
 in MAC-equivalents (:class:`~routing_rl.core.k_cpt.CostModel`). Gradients reach the heads and columns through
-``c_err`` and the routers through ``P``. Regularisation (Section 4.4) adds
+``c_err`` and the routers through ``P``. With ``head_weight`` w > 0 the heads also learn where
+the policy does not send images:
+
+    c_heads = w · mean_batch Σ_leaf CE(leaf)
+
+(w = 1: with c_err in cross-entropy, each head's loss is ``(P_leaf + 1) · CE``, the
+confidence threshold's all-heads loss plus the routed share), and c_err may then be the 0/1
+error (``error_cost = zero_one``): the routers learn the cost of inference itself and the heads
+their cross-entropy. Why: in the paper's actor a head learns in proportion to the images routed
+to it, so a head the policy turns away from early stays weak, and a policy that commits
+while the heads are young keeps the features it had (docs/suite.md measures it).
+Regularisation (Section 4.4) adds
 
 * c_mod = k_L2 · Σ_nodes p̄_node Σ w² (see :mod:`routing_rl.training.sgd`), with p̄ a constant
   as in the paper's experiments; ``c_mod_routing`` lets its gradient reach the routers through
@@ -17,7 +28,8 @@ in MAC-equivalents (:class:`~routing_rl.core.k_cpt.CostModel`). Gradients reach 
   reaching junction j: the paper's ``E[k_dec Σ_{j ∈ J(d̂)} ‖s_j‖²]``, which keeps the
   scores small and so keeps the actor exploring.
 
-TALR scales each node's gradient by ``1/sqrt(mean_batch p_node²)``.
+TALR scales each node's gradient by ``1/sqrt(mean_batch p_node²)``, where a node's ``p`` counts
+c_heads' weight too (``min(1, p_node + w)``; as for c_mod's usage).
 """
 
 from __future__ import annotations
@@ -54,19 +66,24 @@ class ActorLearner(SGDLearner):
         probabilities = {j: self.policy.probabilities(s, iteration) for j, s in out.scores.items()}
         reach = self.paths.reach(probabilities)
         p_leaf = self.paths.leaves(reach)
-        c_err = (p_leaf * leaf_errors(self.net, out, batch.labels)).sum(1).mean()
+        cross_entropy = leaf_errors(self.net, out, batch.labels)
+        error = cross_entropy if self.config.error_cost == "cross_entropy" else \
+            leaf_errors(self.net, out, batch.labels, self.config.error_cost)
+        c_err = (p_leaf * error).sum(1).mean()
         c_cpt = expected_c_cpt(p_leaf, k_cpt, self.leaf_cost)
         reach_junction = reach.detach()[:, self.junction_columns]
         decisiveness = torch.stack([out.scores[j].square().sum(1) for j in self.net.junctions], dim=1)
         c_dec = self.config.k_dec * (reach_junction * decisiveness).sum(1).mean()
-        usage = self.batch_mean(reach.detach())
+        trained = (reach.detach() + self.config.head_weight).clamp(max=1.0)  # how much each node learns per image
+        usage = self.batch_mean(trained)
         p_leaf = p_leaf.detach()
         return {
             "c_err": c_err,
             "c_cpt": c_cpt,
+            "c_heads": self.config.head_weight * cross_entropy.sum(1).mean(),
             "c_mod": self.sgd.c_mod_of_usage(self.batch_mean(reach)) if self.config.c_mod_routing else self.c_mod(usage),
             "c_dec": c_dec,
-            "reach": reach,
+            "reach": trained if self.config.head_weight else reach,
             "usage": usage,
             "accuracy": (p_leaf * leaf_correct(self.net, out, batch.labels)).sum(1).mean(),
             "mean_macs": (p_leaf * self.leaf_macs).sum(1).mean(),
@@ -74,4 +91,5 @@ class ActorLearner(SGDLearner):
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         # accuracy and MACs in the report are expectations over the training policy's paths
-        return self.routed_step(self.losses(batch, iteration), ("c_err", "c_cpt", "c_mod", "c_dec"), iteration)
+        names = ("c_err", "c_cpt", "c_heads", "c_mod", "c_dec") if self.config.head_weight else ("c_err", "c_cpt", "c_mod", "c_dec")
+        return self.routed_step(self.losses(batch, iteration), names, iteration)

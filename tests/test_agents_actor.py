@@ -173,3 +173,48 @@ def test_actor_rejects_other_policies_and_nets_without_junctions():
 
     with pytest.raises(ValueError, match="junctions"):
         ActorLearner(static(1), make_config("smoke", agent="actor"), CPU)
+
+
+def test_head_weight_trains_the_heads_the_policy_turns_away_from():
+    def head_gradient(head_weight):
+        torch.manual_seed(0)
+        net = vector_tree().double()
+        with torch.no_grad():  # the root sends every image to leafA
+            net.nodes["root"].router.layers[-1].bias.copy_(torch.tensor([50.0, -50.0, -50.0]))
+        config = make_config("smoke", agent="actor", head_weight=head_weight, probability_floor=1e-6)
+        terms = ActorLearner(net, config, CPU).losses(synthetic(), iteration=0)
+        total = terms["c_err"] + terms["c_heads"]
+        return torch.autograd.grad(total, net.nodes["leafD"].transform.weight)[0].norm().item(), terms
+
+    unreached, _ = head_gradient(0.0)
+    trained, terms = head_gradient(1.0)
+    assert unreached < 1e-5 < trained, "with head_weight 0 a head learns only from the images routed to it"
+    assert terms["reach"].min() == 1.0, "every node learns from every image at head_weight 1: TALR leaves it alone"
+
+
+def test_c_heads_is_every_heads_cross_entropy_times_the_weight():
+    net = random_routers(vector_tree().double())
+    data = synthetic()
+    terms = ActorLearner(net, make_config("smoke", agent="actor", head_weight=0.5), CPU).losses(data, iteration=0)
+    out = net(data.images)
+    expected = sum(F.cross_entropy(out.logits[leaf], data.labels) for leaf in net.leaves)
+    assert terms["c_heads"].item() == pytest.approx(0.5 * expected.item())
+
+
+def test_zero_one_error_teaches_the_routers_and_leaves_the_heads_to_c_heads():
+    with pytest.raises(ValueError, match="--head-weight > 0"):
+        make_config("smoke", agent="actor", error_cost="zero_one")
+    net = random_routers(vector_tree().double())
+    config = make_config("smoke", agent="actor", error_cost="zero_one", head_weight=1.0, tau=0.5)
+    terms = ActorLearner(net, config, CPU).losses(synthetic(16), iteration=0)
+    heads = [net.nodes[leaf].transform.weight for leaf in net.leaves]
+    routers = [net.nodes[j].router.layers[-1].weight for j in net.junctions]
+    from_error = torch.autograd.grad(terms["c_err"], heads + routers, allow_unused=True)
+    assert all(g is None or not g.any() for g in from_error[:len(heads)]), "a 0/1 error has no gradient for the heads"
+    assert all(g is not None and g.abs().sum() > 0 for g in from_error[len(heads):])
+    assert 0.0 <= terms["c_err"].item() <= 1.0
+
+
+def test_head_weight_is_the_actors_option():
+    with pytest.raises(ValueError, match="--head-weight trains the actor's heads"):
+        make_config("smoke", agent="pragmatic-critic", head_weight=1.0)
