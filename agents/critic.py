@@ -282,13 +282,15 @@ class CriticLearner(SGDLearner):
             [(out.scores[j] - targets[j]).square().sum(1) for j in self.net.junctions], dim=1
         )
         reach_junction = reach[:, [self.paths.node_index[j] for j in self.net.junctions]]
-        usage = self.batch_mean(reach)
+        trained = (reach + self.config.head_weight).clamp(max=1.0)  # how much each node learns per image
+        usage = self.batch_mean(trained)
         return {
             "c_err": (p_leaf * errors).sum(1).mean(),
             "c_cpt": expected_c_cpt(p_leaf, k_cpt, self.leaf_cost),
+            "c_heads": self.config.head_weight * errors.sum(1).mean(),
             "c_ure": self.config.k_ure * (reach_junction * regression).sum(1).mean(),
             "c_mod": self.c_mod(usage),
-            "reach": reach,
+            "reach": trained,
             "usage": usage,
             "targets": targets,
             "accuracy": (p_leaf * leaf_correct(self.net, out, labels)).sum(1).mean(),
@@ -361,4 +363,5 @@ class CriticLearner(SGDLearner):
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         # accuracy and MACs in the report: expectations (full tree) or the sampled paths
-        return self.routed_step(self.losses(batch, iteration), ("c_err", "c_cpt", "c_ure", "c_mod"), iteration)
+        names = ("c_err", "c_cpt", "c_heads", "c_ure", "c_mod") if self.config.head_weight else ("c_err", "c_cpt", "c_ure", "c_mod")
+        return self.routed_step(self.losses(batch, iteration), names, iteration)

@@ -215,6 +215,8 @@ def test_zero_one_error_teaches_the_routers_and_leaves_the_heads_to_c_heads():
     assert 0.0 <= terms["c_err"].item() <= 1.0
 
 
-def test_head_weight_is_the_actors_option():
-    with pytest.raises(ValueError, match="--head-weight trains the actor's heads"):
-        make_config("smoke", agent="pragmatic-critic", head_weight=1.0)
+def test_head_weight_belongs_to_full_tree_learners_and_zero_one_c_err_to_the_actor():
+    with pytest.raises(ValueError, match="--head-weight trains every head on every image of the full tree"):
+        make_config("smoke", agent="threshold", head_weight=1.0)
+    with pytest.raises(ValueError, match="the actor can with --head-weight > 0"):
+        make_config("smoke", agent="critic", error_cost="zero_one", head_weight=1.0)

@@ -155,6 +155,32 @@ def test_full_critic_routers_learn_only_from_the_regression():
     assert net.nodes["root"].router.layers[-1].weight.grad.abs().max() > 0
 
 
+def test_head_weight_trains_every_head_of_the_full_tree_and_not_the_routers():
+    def step(head_weight):
+        torch.manual_seed(0)
+        net = vector_tree()
+        with torch.no_grad():  # the argmax, and ε-greedy's exploitation, send every image to leafA
+            net.nodes["root"].router.layers[-1].bias.copy_(torch.tensor([50.0, -50.0, -50.0]))
+        config = make_config("smoke", agent="critic", policy="greedy", head_weight=head_weight, k_ure=0.0, k_l2=0.0)
+        learner = CriticLearner(net, config, CPU)
+        terms = learner.losses(data(), 0)
+        leafd = torch.autograd.grad(terms["c_err"] + terms["c_heads"], net.nodes["leafD"].transform.weight)[0]
+        return leafd.norm().item(), terms, learner
+
+    unreached, _, _ = step(0.0)
+    trained, terms, learner = step(0.5)
+    assert unreached < 1e-4 < trained
+    out = learner.net(data().images)
+    every_head = sum(torch.nn.functional.cross_entropy(out.logits[leaf], data().labels) for leaf in learner.net.leaves)
+    assert terms["c_heads"].item() == pytest.approx(0.5 * every_head.item(), rel=1e-5)
+    logged = learner.train_step(data(), 0)
+    assert "losses/c_heads" in logged
+    for name in learner.net.junctions:  # k_ure 0: the routers still learn only from the regression
+        assert all(p.grad is None or p.grad.abs().max() == 0 for p in learner.net.nodes[name].router.parameters())
+    with pytest.raises(ValueError, match="--head-weight trains every head on every image of the full tree"):
+        make_config("smoke", agent="critic", policy="eps-greedy", execution="sampled", head_weight=1.0)
+
+
 def test_zero_one_utility_uses_classification_error():
     net = vector_tree()
     config = make_config("smoke", agent="optimistic-critic", k_cpt=0.0, utility_error="zero_one")

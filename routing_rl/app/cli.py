@@ -70,9 +70,9 @@ HELP = {
                   "computed); dqn: also replay those exits, with the rewards they would have earned",
     "uniform_weight": "dqn, ppo, a2c: in the env's full-tree joint training, every head's weight in each image's loss "
                       "beside the weight 1 of the head the agent's path reached (1: all heads alike, as the threshold trains)",
-    "head_weight": "actor: every head's cross-entropy on every image, times this, is added to the expected cost, so heads "
-                   "learn whatever the policy does (1: as the threshold trains its chain; then --error-cost zero_one "
-                   "is allowed, the routers learning the 0/1 error); 0: the paper's actor",
+    "head_weight": "actor, full-tree critics: every head's cross-entropy on every image, times this, is added to c_err, so "
+                   "heads learn whatever the policy does (1: with c_err, the threshold's all-heads loss plus the routed "
+                   "share; the actor may then take --error-cost zero_one, its routers learning the 0/1 error); 0: the paper's",
     "error_cost": "c_err: cross_entropy or zero_one",
     "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant)",
     "probability_floor": "smallest routing probability of any sink during training",

@@ -200,7 +200,7 @@ class TrainConfig:
     exit_confidence: bool = False  # routers also read their exit heads' top softmax probability
     side_heads: bool = True  # sampled critics: train every head whose input the path computed; dqn: replay those exits
     uniform_weight: float = 1.0  # dqn/ppo/a2c full-tree joint training: every head's weight beside the reached one's 1
-    head_weight: float = 0.0  # actor: every head's cross-entropy on every image, times this, beside the expected cost
+    head_weight: float = 0.0  # actor, full-tree critics: every head's cross-entropy on every image, times this, beside c_err
     error_cost: str = "cross_entropy"
     utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
     probability_floor: float = 1e-6
@@ -312,15 +312,16 @@ class TrainConfig:
         for name in ("error_cost", "utility_error"):
             if getattr(self, name) not in ERROR_COSTS:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {', '.join(ERROR_COSTS)}")
-        if self.error_cost != "cross_entropy" and self.agent not in SB3_AGENTS and not self.head_weight:
+        if self.head_weight and (self.agent not in ("actor", "pragmatic-critic", "optimistic-critic") or self.execution != "full"):
+            raise ValueError(f"--head-weight trains every head on every image of the full tree (the actor, critics with "
+                             f"--execution full); {self.agent!r} with --execution {self.execution} does not read it "
+                             "(dqn, ppo, a2c: --uniform-weight weighs the heads of the env's joint training): drop it")
+        if self.error_cost != "cross_entropy" and self.agent not in SB3_AGENTS and not (self.agent == "actor" and self.head_weight):
             raise ValueError(
                 f"error_cost {self.error_cost!r} has no gradient for the heads to learn from; keep cross_entropy "
                 "(a critic can use --utility-error zero_one inside its utility; the actor can with --head-weight > 0, "
                 "its heads then learn from their own cross-entropy)"
             )
-        if self.head_weight and self.agent != "actor":
-            raise ValueError(f"--head-weight trains the actor's heads on every image; {self.agent!r} does not read it "
-                             "(dqn, ppo, a2c: --uniform-weight weighs the heads of the env's joint training): drop it")
         if self.validation_mix not in VALIDATION_MIXES:
             raise ValueError(f"unknown validation_mix {self.validation_mix!r}; choose one of {', '.join(VALIDATION_MIXES)}")
         if self.score_start not in SCORE_STARTS:
