@@ -82,6 +82,26 @@ def test_calibrated_thresholds_meet_the_budget_and_the_evaluator_agrees(trained)
     assert state["thresholds"].tolist() == middle["thresholds"]
 
 
+def test_thresholds_fitted_to_the_validation_cost_cost_no_more_there_than_any_budget(trained):
+    validation = varied_split(40, 3)
+    k_cpt, kept = 1e-8, trained.config.k_cpt  # a cost per MAC at which every head has its price
+    trained.config.k_cpt = k_cpt
+    try:
+        *budgets, fitted = trained.evaluation_points(validation)
+    finally:
+        trained.config.k_cpt = kept
+
+    def cost(fields):
+        return 1.0 - fields["validation_accuracy"] + k_cpt * fields["validation_mean_macs"]
+
+    fitted_fields, _, decide = fitted
+    assert fitted_fields["label"] == f"fitted to the validation cost at k_cpt {k_cpt:g}"
+    assert all(cost(fitted_fields) <= cost(fields) + 1e-12 for fields, _, _ in budgets)
+    evaluated = evaluate(trained.net, validation, decide=decide, batch_size=9)
+    assert evaluated["accuracy"] == pytest.approx(fitted_fields["validation_accuracy"])
+    assert evaluated["mean_macs"] == pytest.approx(fitted_fields["validation_mean_macs"])
+
+
 def test_threshold_needs_a_chain():
     with pytest.raises(ValueError, match="--arch chain"):
         make_learner(make_config("smoke", agent="threshold", arch="tree"), 2, torch.device("cpu"))

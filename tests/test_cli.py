@@ -70,9 +70,10 @@ def test_every_agent_trains_end_to_end(agent, tiny_data, cache, tmp_path, capsys
     assert any(run_dir.glob("checkpoint*")), "a checkpoint is written at the end"
     assert "charts/val_accuracy" in tags(run_dir) or agent in ("dqn", "ppo", "a2c")
     if agent == "threshold":
-        budgets = [entry["budget"] for entry in metrics["test"]]
-        assert len(budgets) == 3 and budgets == sorted(budgets)
-        assert all(entry["label"].startswith("budget") for entry in metrics["test"])
+        *budgets, fitted = metrics["test"]
+        assert len(budgets) == 3 and [b["budget"] for b in budgets] == sorted(b["budget"] for b in budgets)
+        assert all(entry["label"].startswith("budget") for entry in budgets)
+        assert fitted["label"].startswith("fitted to the validation cost at k_cpt")
 
 
 def test_tensorboard_has_the_main_tags(tiny_data, cache, tmp_path, capsys):
