@@ -74,16 +74,17 @@ class ActorLearner(SGDLearner):
         reach_junction = reach.detach()[:, self.junction_columns]
         decisiveness = torch.stack([out.scores[j].square().sum(1) for j in self.net.junctions], dim=1)
         c_dec = self.config.k_dec * (reach_junction * decisiveness).sum(1).mean()
-        trained = (reach.detach() + self.config.head_weight).clamp(max=1.0)  # how much each node learns per image
+        trained = (reach.detach() + self.config.resolved_head_weight).clamp(max=1.0)  # how much each node learns per image
         usage = self.batch_mean(trained)
         p_leaf = p_leaf.detach()
         return {
             "c_err": c_err,
             "c_cpt": c_cpt,
-            "c_heads": self.config.head_weight * cross_entropy.sum(1).mean(),
+            "c_heads": self.config.resolved_head_weight * cross_entropy.sum(1).mean(),
             "c_mod": self.sgd.c_mod_of_usage(self.batch_mean(reach)) if self.config.c_mod_routing else self.c_mod(usage),
             "c_dec": c_dec,
-            "reach": trained if self.config.head_weight else reach,
+            "reach": reach,
+            "trained": trained,
             "usage": usage,
             "accuracy": (p_leaf * leaf_correct(self.net, out, batch.labels)).sum(1).mean(),
             "mean_macs": (p_leaf * self.leaf_macs).sum(1).mean(),
@@ -91,5 +92,5 @@ class ActorLearner(SGDLearner):
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         # accuracy and MACs in the report are expectations over the training policy's paths
-        names = ("c_err", "c_cpt", "c_heads", "c_mod", "c_dec") if self.config.head_weight else ("c_err", "c_cpt", "c_mod", "c_dec")
+        names = ("c_err", "c_cpt", "c_heads", "c_mod", "c_dec") if self.config.resolved_head_weight else ("c_err", "c_cpt", "c_mod", "c_dec")
         return self.routed_step(self.losses(batch, iteration), names, iteration)

@@ -149,11 +149,12 @@ class SGDLearner(Learner):
 
     def routed_step(self, terms: dict[str, torch.Tensor], names: tuple[str, ...], iteration: int) -> dict[str, float]:
         """One step of a routing learner: the sum of the loss terms ``names``, c_mod's gradient
-        for ``terms["usage"]`` ``(N,)``, TALR from ``terms["reach"]`` ``(B, N)``, and the
+        for ``terms["usage"]`` ``(N,)``, TALR from ``terms["trained"]`` ``(B, N)`` (how much each
+        node learns from each example; where absent, ``terms["reach"]``), and the
         scalars to log. ``terms`` also carries the training-policy ``accuracy`` and
         ``mean_macs``; ``self.policy`` is the training policy."""
         total = sum(terms[name] for name in names)
-        lr = self.step(total, iteration, terms["reach"], terms["usage"])
+        lr = self.step(total, iteration, terms.get("trained", terms["reach"]), terms["usage"])
         return scalars({
             **{f"losses/{name}": terms[name] for name in names},
             "losses/total": total,

@@ -44,10 +44,11 @@ run actor-dynamic --agent actor --k-cpt dynamic
 run pragmatic-critic-k4e-9 --agent pragmatic-critic --policy eps-greedy --execution sampled --k-cpt 4e-9
 run pragmatic-critic-k1.6e-8 --agent pragmatic-critic --policy eps-greedy --execution sampled --k-cpt 1.6e-8
 run optimistic-critic-k4e-9 --agent optimistic-critic --policy eps-greedy --execution sampled --k-cpt 4e-9
-# the paper's own critic configuration: softmax tau 0.1 on the full tree; and the 0/1-error utility
-run pragmatic-critic-softmax-k4e-9 --agent pragmatic-critic --policy softmax --tau 0.1 --execution full --k-cpt 4e-9
-run optimistic-critic-softmax-k4e-9 --agent optimistic-critic --policy softmax --tau 0.1 --execution full --k-cpt 4e-9
-run pragmatic-critic-softmax-01-k4e-9 --agent pragmatic-critic --policy softmax --tau 0.1 --execution full \
+# the paper's own critic configuration: softmax tau 0.1 on the full tree, heads by their routed share
+# (--head-weight 0, at lr 0.1; the critics' default since the task suite trains every head on every image)
+run pragmatic-critic-softmax-k4e-9 --agent pragmatic-critic --policy softmax --tau 0.1 --execution full --head-weight 0 --k-cpt 4e-9
+run optimistic-critic-softmax-k4e-9 --agent optimistic-critic --policy softmax --tau 0.1 --execution full --head-weight 0 --k-cpt 4e-9
+run pragmatic-critic-softmax-01-k4e-9 --agent pragmatic-critic --policy softmax --tau 0.1 --execution full --head-weight 0 \
   --utility-error zero_one --k-cpt 4e-9
 
 # the SB3 agents through the env, on the same image budget (iterations x batch_size images)

@@ -19,7 +19,7 @@ echo "data ready after $(( $(date +%s) - start )) s"
 
 COMMON=(--env routing_rl/VideoRouting-v0 --k-cpt 4e-9 --device cuda --download false --logdir "$OUT/runs" --overwrite
         --seed 0 --eval-every 1000 --checkpoint-every 1000 --batch-size 128 --lr 0.1 --lr-half-life 1500)
-CRITIC=(--agent critic --policy eps-greedy --execution full --iterations 6000 --lr-half-life 3000 --epsilon 1.0 --epsilon-half-life 600 --k-ure 0.5)
+CRITIC=(--agent critic --policy eps-greedy --execution full --head-weight 0 --iterations 6000 --lr-half-life 3000 --epsilon 1.0 --epsilon-half-life 600 --k-ure 0.5)
 timeout 300 $PY experiments/train_agent.py "${COMMON[@]}" "${CRITIC[@]}" --utility-error zero_one --run-name critic-01 > "$OUT/critic-01.log" 2>&1 &
 timeout 300 $PY experiments/train_agent.py "${COMMON[@]}" "${CRITIC[@]}" --utility-error cross_entropy --run-name critic-ce > "$OUT/critic-ce.log" 2>&1 &
 timeout 300 $PY experiments/train_agent.py "${COMMON[@]}" --agent actor --iterations 3000 --tau 1.0 --tau-half-life 3000 \

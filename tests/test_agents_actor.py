@@ -189,7 +189,7 @@ def test_head_weight_trains_the_heads_the_policy_turns_away_from():
     unreached, _ = head_gradient(0.0)
     trained, terms = head_gradient(1.0)
     assert unreached < 1e-5 < trained, "with head_weight 0 a head learns only from the images routed to it"
-    assert terms["reach"].min() == 1.0, "every node learns from every image at head_weight 1: TALR leaves it alone"
+    assert terms["trained"].min() == 1.0, "every node learns from every image at head_weight 1: TALR leaves it alone"
 
 
 def test_c_heads_is_every_heads_cross_entropy_times_the_weight():

@@ -247,6 +247,24 @@ def test_eps_greedy_critics_default_to_the_full_tree_and_annealed_exploration_fr
     assert make_config("quick", agent="critic", policy="eps-greedy", epsilon=0.2).resolved_epsilon == 0.2
 
 
+def test_full_tree_critics_train_every_head_at_the_thresholds_rate_by_default():
+    def resolved(**fields):
+        config = make_config("quick", **fields)
+        return config.resolved_head_weight, config.resolved_lr
+
+    assert resolved(agent="critic", policy="eps-greedy") == (1.0, 0.02)
+    assert resolved(agent="optimistic-critic", policy="greedy") == (1.0, 0.02)
+    assert resolved(agent="critic", policy="eps-greedy", execution="sampled") == (0.0, 0.1)
+    assert resolved(agent="critic", head_weight=0.0) == (0.0, 0.1), "the paper's critic, as before head_weight"
+    assert resolved(agent="critic", lr=0.05) == (1.0, 0.05)
+    assert resolved(agent="actor") == (0.0, 0.1)
+    assert resolved(agent="actor", head_weight=1.0) == (1.0, 0.02)
+    old = json.loads(make_config("quick", agent="critic").to_json())
+    del old["head_weight"]  # a config written before head_weight: heads learned by their routed share, at lr 0.1
+    migrated = TrainConfig.from_json(json.dumps(old))
+    assert (migrated.resolved_head_weight, migrated.resolved_lr) == (0.0, 0.1)
+
+
 @pytest.mark.parametrize("execution", ["sampled", "full"])
 def test_sampled_critics_recompute_batch_norm_statistics_before_evaluation(execution):
     torch.manual_seed(0)

@@ -116,6 +116,12 @@ def test_figures_share_their_runs_and_a_dry_run_trains_nothing(tmp_path, capsys)
     assert not any(tmp_path.iterdir())
 
 
+def test_the_papers_critics_learn_heads_by_their_routed_share_at_lr_0_1(tmp_path):
+    planned = reproduce.plan_runs([reproduce.figures()["hybrid"]], "smoke", [0], [4e-9], [], {}, tmp_path, {})
+    critics = [config for _, config in planned["hybrid"] if config.agent.endswith("critic")]
+    assert critics and all((c.resolved_head_weight, c.resolved_lr) == (0.0, 0.1) for c in critics)
+
+
 def test_bad_flags_are_one_line_with_status_2(tmp_path, capsys):
     assert reproduce.main(["--dry-run", "--figure", "hybrid", "--set", "no_such_field=1", "--logdir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1

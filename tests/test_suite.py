@@ -2,6 +2,7 @@
 frontier, the run summary against it, and the suite command."""
 
 import json
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -331,8 +332,10 @@ def test_suite_end_to_end_on_tiny_data_then_skips_finished_runs(tiny_data, cache
     tagged = json.loads((tmp_path / "runs" / "hybrid-even" / "static-static-1-k4e-09-s0-lr0.02" / "config.json").read_text())
     assert (task["static_lr"], saved["lr"], tagged["lr"]) == ([0.05, 0.02], 0.05, 0.02)
     assert {s["lr"] for s in static} <= {0.05, 0.02}
-    budgets = [(p["lr"], p["budget"]) for p in task["threshold"]["0"]]  # the threshold at both rates, its budgets each
-    assert sorted(budgets) == sorted((lr, b) for lr in (0.05, 0.02) for b in {b for _, b in budgets})
+    points = task["threshold"]["0"]  # the threshold at both rates: its budgets each, and its point fitted to the cost
+    budgets = [(p["lr"], p["budget"]) for p in points if p["label"].startswith("budget")]
+    assert len(budgets) == 6 and sorted(budgets) == sorted((lr, b) for lr in (0.05, 0.02) for b in {b for _, b in budgets})
+    assert sorted(p["lr"] for p in points if p["label"].startswith("fitted")) == [0.02, 0.05]
     assert results["overrides"] == {"iterations": 6, "eval_every": 3, "validation_fraction": 0.4}
     assert results["learner_overrides"] == {"exit_confidence": True}  # the learners only: static and threshold refuse it
     learner = json.loads((tmp_path / "runs" / "hybrid-even" / "actor-chain-k4e-09-s0-softmax-exit_confidence=true"
@@ -352,7 +355,7 @@ def test_real_suite_tasks_have_the_composition_docs_suite_md_gives(real_data_dir
     rows = {}
     for line in (REPO / "docs" / "suite.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 6 and cells[0].startswith("`") and "/" in cells[2]:
+        if len(cells) == 6 and cells[0].startswith("`") and re.fullmatch(r"[\d,]+ / [\d,]+", cells[2]):
             rows[cells[0].strip("`")] = cells[2:]
 
     def pair(split: Split) -> str:

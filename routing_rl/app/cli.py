@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import typing
 
 from routing_rl.training.config import (
     AGENTS,
@@ -72,7 +73,8 @@ HELP = {
                       "beside the weight 1 of the head the agent's path reached (1: all heads alike, as the threshold trains)",
     "head_weight": "actor, full-tree critics: every head's cross-entropy on every image, times this, is added to c_err, so "
                    "heads learn whatever the policy does (1: with c_err, the threshold's all-heads loss plus the routed "
-                   "share; the actor may then take --error-cost zero_one, its routers learning the 0/1 error); 0: the paper's",
+                   "share; the actor may then take --error-cost zero_one, its routers learning the 0/1 error); 0: the "
+                   "paper's; default 1 for critics on the full tree, 0 otherwise; above 0 the default --lr is 0.02",
     "error_cost": "c_err: cross_entropy or zero_one",
     "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant)",
     "probability_floor": "smallest routing probability of any sink during training",
@@ -145,6 +147,7 @@ def _json_object(text: str) -> dict:
 def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="Train a routed network with any learner on any routing env.")
     defaults = TrainConfig()
+    hints = typing.get_type_hints(TrainConfig)
     for field in dataclasses.fields(TrainConfig):
         flag = "--" + field.name.replace("_", "-")
         default = getattr(defaults, field.name)
@@ -159,7 +162,7 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
             converter = _non_negative_int
         elif kind is int or field.name in ("eval_examples", "train_examples", "latency_batch"):
             converter = _positive_int
-        elif kind is float or field.name in ("lr", "tau", "epsilon"):
+        elif kind is float or float in typing.get_args(hints[field.name]):  # a number, or None for the agent's own
             converter = _number
         else:
             converter = str

@@ -65,6 +65,12 @@ a time: the hybrid figure's 15 runs (one seed, 600 iterations) took 97.1 s on on
 219.9 s estimated (``gpu/throughput.sh``, README "Sweeps side by side")."""
 
 
+PAPER_LEARNERS = {"head_weight": 0.0}
+"""Fields every learner of the paper's figures takes whatever this package's defaults: heads
+learn by their routed share (a critic on the full tree now adds every head's cross-entropy,
+``head_weight`` 1, at lr 0.02: docs/suite.md)."""
+
+
 @dataclass(frozen=True)
 class Series:
     """One series of a figure: static nets, or a learner at every k_cpt.
@@ -514,7 +520,7 @@ def plan_runs(chosen: Sequence[Figure], preset: str, seeds: Sequence[int], k_cpt
                     pairs += [(tagged, config) for config in
                               sweep_configs([], [], seeds, static_columns, preset=preset, static_lr=lr, **fields)]
             else:
-                fields = {**machine, **series.settings, "logdir": str(logdir / series.folder)}
+                fields = {**PAPER_LEARNERS, **machine, **series.settings, "logdir": str(logdir / series.folder)}
                 scaled = ["dynamic"] if series.dynamic else [k * series.k_cpt_scale for k in k_cpts]
                 pairs += [(series, config) for config in sweep_configs([series.agent], scaled, seeds, preset=preset, **fields)]
         planned[figure.name] = pairs

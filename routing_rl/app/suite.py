@@ -257,7 +257,7 @@ def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Seque
         out["frontier"][seed] = frontier
         out["static"][seed] = [{"arch": m["arch"], "lr": m["config"]["lr"], "test_accuracy": m["test_accuracy"], "mean_macs": m["test_mean_macs"],
                                 "source_accuracy": m["test"][0].get("source_accuracy", {})} for m in static[task, seed]]
-        out["threshold"][seed] = [{k: p[k] for k in ("lr", "budget", "accuracy", "mean_macs", "validation_accuracy",
+        out["threshold"][seed] = [{k: p.get(k) for k in ("lr", "label", "budget", "accuracy", "mean_macs", "validation_accuracy",
                                                      "validation_mean_macs")} for p in threshold["test"]]
     for task in tasks:
         results["tasks"][task]["rows"] = [average(points) for points in rows[task].values()]

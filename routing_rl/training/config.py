@@ -41,6 +41,7 @@ from routing_rl.data.containers import VALIDATION_MIXES
 from routing_rl.nets.multiscale import arch_names
 
 AGENTS = ("static", "actor", "pragmatic-critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
+CRITICS = ("pragmatic-critic", "optimistic-critic")
 AGENT_ALIASES = {"critic": "pragmatic-critic"}
 """Other names an agent answers to; a config stores the agent's own name."""
 POLICIES = ("softmax", "eps-greedy", "greedy")
@@ -52,9 +53,11 @@ SB3_AGENTS = ("dqn", "ppo", "a2c")
 LR = 0.1
 """The initial learning rate of the paper's learners (static, actor, critics, threshold)."""
 JOINT_LR = 0.02
-"""The initial learning rate of the env's joint training under the SB3 agents: every head's
-loss summed, as the confidence threshold trains its chain, whose validated rate is 0.02 on
-hybrid, hybrid-swap and hybrid-hard-digits (``envs/joint.py`` says why)."""
+"""The initial learning rate wherever every head learns on every image, its losses summed as
+the confidence threshold trains its chain, whose validated rate is 0.02 on every suite task:
+the env's joint training under the SB3 agents (``envs/joint.py`` says why) and a learner with
+c_heads (``head_weight`` > 0, the critics' default): at 0.1 eight heads' gradients summed
+overwhelm the first columns."""
 RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
 
@@ -180,7 +183,7 @@ class TrainConfig:
     preset: str = DEFAULT_PRESET
     iterations: int = 4_000
     batch_size: int = 128
-    lr: float | None = None  # None: LR (0.1), or JOINT_LR (0.02) for the SB3 agents' joint training
+    lr: float | None = None  # None: LR (0.1), or JOINT_LR (0.02) where every head learns on every image (SB3, c_heads)
     lr_half_life: int = 500
     momentum: float = 0.9
     tau: float | None = None  # None: 1.0 for the actor, 0.1 for critics
@@ -200,7 +203,8 @@ class TrainConfig:
     exit_confidence: bool = False  # routers also read their exit heads' top softmax probability
     side_heads: bool = True  # sampled critics: train every head whose input the path computed; dqn: replay those exits
     uniform_weight: float = 1.0  # dqn/ppo/a2c full-tree joint training: every head's weight beside the reached one's 1
-    head_weight: float = 0.0  # actor, full-tree critics: every head's cross-entropy on every image, times this, beside c_err
+    head_weight: float | None = None  # every head's cross-entropy on every image, times this, beside c_err; None: 1 for
+    # critics on the full tree, 0 for the actor and sampled critics (agents/critic.py says why)
     error_cost: str = "cross_entropy"
     utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
     probability_floor: float = 1e-6
@@ -232,10 +236,16 @@ class TrainConfig:
         return self.policy if self.policy is not None else (allowed[0] if allowed else None)
 
     @property
+    def resolved_head_weight(self) -> float:
+        if self.head_weight is not None:
+            return self.head_weight
+        return 1.0 if self.agent in CRITICS and self.execution == "full" else 0.0
+
+    @property
     def resolved_lr(self) -> float:
         if self.lr is not None:
             return self.lr
-        return JOINT_LR if self.agent in SB3_AGENTS else LR
+        return JOINT_LR if self.agent in SB3_AGENTS or self.resolved_head_weight else LR
 
     @property
     def resolved_tau(self) -> float:
@@ -312,11 +322,11 @@ class TrainConfig:
         for name in ("error_cost", "utility_error"):
             if getattr(self, name) not in ERROR_COSTS:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {', '.join(ERROR_COSTS)}")
-        if self.head_weight and (self.agent not in ("actor", "pragmatic-critic", "optimistic-critic") or self.execution != "full"):
+        if self.head_weight and (self.agent not in ("actor", *CRITICS) or self.execution != "full"):
             raise ValueError(f"--head-weight trains every head on every image of the full tree (the actor, critics with "
                              f"--execution full); {self.agent!r} with --execution {self.execution} does not read it "
                              "(dqn, ppo, a2c: --uniform-weight weighs the heads of the env's joint training): drop it")
-        if self.error_cost != "cross_entropy" and self.agent not in SB3_AGENTS and not (self.agent == "actor" and self.head_weight):
+        if self.error_cost != "cross_entropy" and self.agent not in SB3_AGENTS and not (self.agent == "actor" and self.resolved_head_weight):
             raise ValueError(
                 f"error_cost {self.error_cost!r} has no gradient for the heads to learn from; keep cross_entropy "
                 "(a critic can use --utility-error zero_one inside its utility; the actor can with --head-weight > 0, "
@@ -406,6 +416,7 @@ class TrainConfig:
             raise ValueError("this config was written before --n-envs and --sb3-kwargs, when SB3 iterations were "
                              "environment steps; start a new run")
         values.setdefault("validation_mix", "train")  # configs written before it held out the training mix
+        values.setdefault("head_weight", 0.0)  # configs written before it trained heads by their routed share alone
         if values.get("execution") is None:  # written when None meant the agent's default execution, which was
             sampled = "router_lr_scale" not in values and values.get("agent") not in SB3_AGENTS and \
                 values.get("policy") in ("eps-greedy", "greedy")  # sampled for these policies, before the task suite
