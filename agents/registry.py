@@ -28,8 +28,7 @@ def build_net(config: TrainConfig, task: RoutingTask | int, device: torch.device
     :meth:`TrainConfig.validate` has already checked that the arch suits the agent."""
     if isinstance(task, RoutingTask):
         return task.make_net(config.arch, config.width, config.dynamic_k_cpt, config.seed, device, config.exit_confidence)
-    exit_confidence = config.exit_confidence and not config.arch.startswith("static-")
-    return seeded_net(lambda: build(config.arch, config.width, task, config.dynamic_k_cpt, exit_confidence),
+    return seeded_net(lambda: build(config.arch, config.width, task, config.dynamic_k_cpt, config.exit_confidence),
                       config.seed, device)
 
 

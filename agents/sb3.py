@@ -195,16 +195,7 @@ class RoutedNetSaving:
         return [*super()._excluded_save_params(), "iterations"]
 
     def _build_net(self) -> RoutedNet:
-        """A net of the saved arch (its weights are loaded next): the task's, or the paper's
-        multiscale net for models of a dataset in memory."""
-        routing = self.routing
-        exit_confidence = bool(routing.get("exit_confidence"))
-        if routing.get("env") is None:
-            return seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"],
-                                            exit_confidence=exit_confidence), 0, self.device)
-        dataset = {"dataset": routing["dataset"]} if routing.get("dataset") else {}
-        return task_from_env(routing["env"], **dataset)[0].make_net(routing["arch"], routing["width"], device=self.device,
-                                                                    exit_confidence=exit_confidence)
+        return saved_net(self.routing, saved_task(self.routing), self.device)
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, variables = super()._get_torch_save_params()
@@ -333,10 +324,7 @@ def load_sb3(path: str | Path, env: RoutingSB3VecEnv | None = None, device: str 
         if net is None:
             if routing.get("arch") is None:
                 raise SB3LoadError(f"{path} routes a hand-built net; pass it: load_sb3(path, net=...)")
-            exit_confidence = bool(routing.get("exit_confidence"))
-            net = (task.make_net(routing["arch"], routing["width"], exit_confidence=exit_confidence) if task is not None
-                   else seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"],
-                                                 exit_confidence=exit_confidence), 0, "cpu"))
+            net = saved_net(routing, task, "cpu")
     owned = {"routed_net": net, "feature_trainer": env.unwrapped.trainer if env is not None else None}
     model = ALGORITHMS[routing["agent"]]("MlpPolicy", env, device=device, routing=routing, seed=data.get("seed"),
                                          _init_setup_model=False, **owned, **copy.deepcopy(routing["sb3"]))
@@ -355,6 +343,17 @@ def load_sb3(path: str | Path, env: RoutingSB3VecEnv | None = None, device: str 
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             setattr(model, name, value)
     return model, model.routed_net
+
+
+def saved_net(routing: dict, task: RoutingTask | None, device: str | torch.device) -> RoutedNet:
+    """A fresh net of the saved arch (its weights are loaded next): ``task``'s (:func:`saved_task`),
+    or the paper's multiscale net for models of a dataset in memory; its routers read their
+    exits' confidence if the saved run's did."""
+    exit_confidence = bool(routing.get("exit_confidence"))
+    if task is None:
+        return seeded_net(lambda: build(routing["arch"], routing["width"], routing["classes"],
+                                        exit_confidence=exit_confidence), 0, device)
+    return task.make_net(routing["arch"], routing["width"], device=device, exit_confidence=exit_confidence)
 
 
 def saved_task(routing: dict) -> RoutingTask | None:

@@ -153,10 +153,11 @@ class ThresholdLearner(SGDLearner):
         self.thresholds = torch.tensor(result["thresholds"], dtype=torch.float64)
         return self.thresholds
 
-    def calibrate(self, validation: Split, budgets: Sequence[float]) -> list[dict]:
+    def calibrate(self, validation: Split, budgets: Sequence[float], measured: tuple | None = None) -> list[dict]:
         """For each cost budget: ``budget``, ``thresholds``, and the ``accuracy``, ``mean_cost``
-        and ``mean_macs`` they give on ``validation``. Does not change :attr:`thresholds`."""
-        confidence, correct = self.confidences(validation)
+        and ``mean_macs`` they give on ``validation``. Does not change :attr:`thresholds`.
+        ``measured``: :meth:`confidences` of ``validation``, when already computed."""
+        confidence, correct = measured if measured is not None else self.confidences(validation)
 
         def outcome(log_q: float) -> tuple[torch.Tensor, torch.Tensor, float]:
             thresholds = thresholds_for_fractions(confidence, geometric_fractions(math.exp(log_q), len(self.chain_leaves)))
@@ -169,17 +170,16 @@ class ThresholdLearner(SGDLearner):
             for _ in range(BISECTION_STEPS):
                 middle = (low + high) / 2
                 low, high = (middle, high) if outcome(middle)[2] <= budget else (low, middle)
-            thresholds, position, mean_cost = outcome(low)
-            results.append({"budget": float(budget), "thresholds": thresholds.tolist(),
-                            "accuracy": float(correct.gather(1, position[:, None]).double().mean()),
-                            "mean_cost": mean_cost, "mean_macs": float(self.chain_leaf_macs[position].mean())})
+            thresholds, position, _ = outcome(low)
+            results.append(self._outcome(float(budget), thresholds, position, correct))
         return results
 
-    def fit_to_cost(self, validation: Split, k_cpt: float, start: torch.Tensor) -> dict:
+    def fit_to_cost(self, validation: Split, k_cpt: float, start: torch.Tensor, measured: tuple | None = None) -> dict:
         """Thresholds that lower the mean cost on ``validation``, 0/1 error + ``k_cpt`` × cost,
         by coordinate descent from ``start`` ``(K-1,)``: fields as :meth:`calibrate`'s, with
-        ``budget`` the mean cost they spend. Never costlier on ``validation`` than ``start``."""
-        confidence, correct = self.confidences(validation)
+        ``budget`` the mean cost they spend. Never costlier on ``validation`` than ``start``.
+        ``measured``: :meth:`confidences` of ``validation``, when already computed."""
+        confidence, correct = measured if measured is not None else self.confidences(validation)
         error = 1.0 - correct.double()
         leaf_cost = self.chain_leaf_cost.double().cpu()
 
@@ -203,10 +203,14 @@ class ThresholdLearner(SGDLearner):
             if not moved:
                 break
         position = exit_positions(confidence, thresholds)
-        mean_cost = float(leaf_cost[position].mean())
-        return {"budget": mean_cost, "thresholds": thresholds.tolist(),
+        return self._outcome(float(leaf_cost[position].mean()), thresholds, position, correct)
+
+    def _outcome(self, budget: float, thresholds: torch.Tensor, position: torch.Tensor, correct: torch.Tensor) -> dict:
+        """What ``thresholds`` give on the examples that exit at ``position`` ``(N,)``."""
+        return {"budget": budget, "thresholds": thresholds.tolist(),
                 "accuracy": float(correct.gather(1, position[:, None]).double().mean()),
-                "mean_cost": mean_cost, "mean_macs": float(self.chain_leaf_macs[position].mean())}
+                "mean_cost": float(self.chain_leaf_cost[position].mean()),
+                "mean_macs": float(self.chain_leaf_macs[position].mean())}
 
     def budget_grid(self, points: int = 8) -> list[float]:
         """Cost budgets spaced geometrically from the first head's cost to the last's."""
@@ -233,9 +237,10 @@ class ThresholdLearner(SGDLearner):
         budget there). Each point's fields hold its ``validation_accuracy`` and
         ``validation_mean_macs``, to choose a point on."""
         k_cpt = float(self.config.k_cpt)
-        results = self.calibrate(validation, self.budget_grid(EVALUATION_BUDGETS + 2)[1:-1])
+        measured = self.confidences(validation)
+        results = self.calibrate(validation, self.budget_grid(EVALUATION_BUDGETS + 2)[1:-1], measured)
         cheapest = min(results, key=lambda r: 1.0 - r["accuracy"] + k_cpt * r["mean_cost"])
-        fitted = self.fit_to_cost(validation, k_cpt, torch.tensor(cheapest["thresholds"], dtype=torch.float64))
+        fitted = self.fit_to_cost(validation, k_cpt, torch.tensor(cheapest["thresholds"], dtype=torch.float64), measured)
         points = []
         for result in [*results, fitted]:
             budget = result["budget"]

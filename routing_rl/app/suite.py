@@ -50,6 +50,11 @@ WHERE_ONLY = ("device", "data_dir", "download")
 """Config fields that say where runs train and find their data, not how: left out of the results."""
 SUITE_OWNED = ("agent", "policy", "k_cpt", "seed", "dataset", "env", "logdir", "run_name")
 """Config fields the suite sets per run itself; ``--learner-set`` refuses them."""
+STATIC_LRS = (0.1, 0.02)
+"""The static nets' learning rates by default, each net's point the better on validation: one
+rate for every net starves some of them (docs/suite.md, "The static frontier")."""
+STATIC_PATIENCE = 2
+MAX_COLUMNS = 8
 
 
 def learner_tag(learner_fields: dict) -> str:
@@ -57,11 +62,6 @@ def learner_tag(learner_fields: dict) -> str:
     that learners of other settings share a task's folder, static nets and threshold."""
     return "".join(f"-{name}={value if isinstance(value, str) else json.dumps(value)}"
                    for name, value in sorted(learner_fields.items()))
-STATIC_LRS = (0.1, 0.02)
-"""The static nets' learning rates by default, each net's point the better on validation: one
-rate for every net starves some of them (docs/suite.md, "The static frontier")."""
-STATIC_PATIENCE = 2
-MAX_COLUMNS = 8
 
 
 def check_tasks(tasks: Sequence[str]) -> list[str]:
