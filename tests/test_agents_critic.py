@@ -247,22 +247,37 @@ def test_eps_greedy_critics_default_to_the_full_tree_and_annealed_exploration_fr
     assert make_config("quick", agent="critic", policy="eps-greedy", epsilon=0.2).resolved_epsilon == 0.2
 
 
-def test_full_tree_critics_train_every_head_at_the_thresholds_rate_by_default():
-    def resolved(**fields):
-        config = make_config("quick", **fields)
-        return config.resolved_head_weight, config.resolved_lr
+def resolved_of(config):
+    return config.resolved_head_weight, config.resolved_lr, config.resolved_utility_error, config.resolved_router_lr_scale
 
-    assert resolved(agent="critic", policy="eps-greedy") == (1.0, 0.02)
-    assert resolved(agent="optimistic-critic", policy="greedy") == (1.0, 0.02)
-    assert resolved(agent="critic", policy="eps-greedy", execution="sampled") == (0.0, 0.1)
-    assert resolved(agent="critic", head_weight=0.0) == (0.0, 0.1), "the paper's critic, as before head_weight"
-    assert resolved(agent="critic", lr=0.05) == (1.0, 0.05)
-    assert resolved(agent="actor") == (0.0, 0.1)
-    assert resolved(agent="actor", head_weight=1.0) == (1.0, 0.02)
+
+def test_full_tree_critics_train_every_head_at_the_thresholds_rate_and_value_exits_by_the_0_1_error_by_default():
+    def resolved(**fields):
+        return resolved_of(make_config("quick", **fields))
+
+    assert resolved(agent="critic", policy="eps-greedy") == (1.0, 0.02, "zero_one", 100.0)
+    assert resolved(agent="optimistic-critic", policy="greedy") == (1.0, 0.02, "zero_one", 100.0)
+    assert resolved(agent="critic", policy="eps-greedy", execution="sampled") == (0.0, 0.1, "cross_entropy", 1.0)
+    assert resolved(agent="critic", head_weight=0.0) == (0.0, 0.1, "cross_entropy", 1.0), "the paper's critic"
+    assert resolved(agent="critic", lr=0.05) == (1.0, 0.05, "zero_one", 100.0)
+    assert resolved(agent="critic", utility_error="cross_entropy", router_lr_scale=5.0) == (1.0, 0.02, "cross_entropy", 5.0)
+    assert resolved(agent="actor") == (0.0, 0.1, "cross_entropy", 1.0)
+    assert resolved(agent="actor", head_weight=1.0) == (1.0, 0.02, "cross_entropy", 1.0)
     old = json.loads(make_config("quick", agent="critic").to_json())
     del old["head_weight"]  # a config written before head_weight: heads learned by their routed share, at lr 0.1
+    old["utility_error"], old["router_lr_scale"] = "cross_entropy", 1.0  # every config then named both
     migrated = TrainConfig.from_json(json.dumps(old))
-    assert (migrated.resolved_head_weight, migrated.resolved_lr) == (0.0, 0.1)
+    assert resolved_of(migrated) == (0.0, 0.1, "cross_entropy", 1.0)
+    old["head_weight"] = None  # a run of the default of 2026-11-27: every head, lr 0.02, utilities in nats, routers at lr
+    assert resolved_of(TrainConfig.from_json(json.dumps(old))) == (1.0, 0.02, "cross_entropy", 1.0)
+    values = make_config("quick", agent="critic").resolved_values()  # what TensorBoard's hparams and the sweep read
+    assert [values[name] for name in ("head_weight", "lr", "utility_error", "router_lr_scale", "tau")] == \
+        [1.0, 0.02, "zero_one", 100.0, 0.1]
+    with pytest.raises(ValueError, match="unknown utility_error 'hinge'"):
+        make_config("quick", agent="critic", utility_error="hinge")
+    learner = CriticLearner(vector_tree(), make_config("smoke", agent="critic", k_cpt=0.0), CPU)
+    assert set(torch.unique(learner.losses(data(), 0)["targets"]["fork"]).tolist()) <= {0.0, -1.0}, \
+        "the default critic's targets are 0/1 errors"
 
 
 @pytest.mark.parametrize("execution", ["sampled", "full"])
@@ -312,8 +327,9 @@ def test_critic_scores_start_at_zero_or_at_the_cost_of_a_uniform_guess(utility_e
         make_config("smoke", agent="critic", score_start="half")
 
 
-@pytest.mark.parametrize("agent, scale", [("critic", 1.0), ("critic", 10.0), ("actor", 3.0)])
-def test_routers_step_at_their_own_learning_rate(agent, scale):
+@pytest.mark.parametrize("agent, scale, resolved", [("critic", 1.0, 1.0), ("critic", 10.0, 10.0), ("actor", 3.0, 3.0),
+                                                    ("critic", None, 100.0), ("actor", None, 1.0)])
+def test_routers_step_at_their_own_learning_rate(agent, scale, resolved):
     torch.manual_seed(0)
     net = vector_tree()
     config = make_config("smoke", agent=agent, momentum=0.0, talr=False, router_lr_scale=scale)
@@ -326,7 +342,7 @@ def test_routers_step_at_their_own_learning_rate(agent, scale):
     for name, p in net.named_parameters():
         if p.grad is None or p.grad.abs().max() == 0:
             continue
-        expected = before[name] - config.resolved_lr * (scale if name in routers else 1.0) * p.grad
+        expected = before[name] - config.resolved_lr * (resolved if name in routers else 1.0) * p.grad
         torch.testing.assert_close(p.detach(), expected, msg=name)
         moved += name in routers
     assert moved, "the routers learned"

@@ -54,7 +54,8 @@ HELP = {
     "k_dec": "cost of decisiveness (actor): k_dec * |s_j|^2 per junction",
     "k_ure": "utility regression error weight (critics)",
     "router_lr_scale": "the routers' learning rate as a multiple of --lr (a critic's routers learn only the "
-                       "k_ure-weighted regression, so at 1 their scores move slowly: agents/critic.py)",
+                       "k_ure-weighted regression, so at 1 their scores move slowly: agents/critic.py); default 100 for "
+                       "critics that train every head (--head-weight > 0), 1 otherwise",
     "score_start": "critics: where the router scores start: zero (the paper's zero-initialised last layer: every "
                    "unobserved sink looks free) or guess (minus a uniform guess's error cost, ln(classes) nats)",
     "k_l2": "L2 weight of the activated layers' weights",
@@ -76,7 +77,8 @@ HELP = {
                    "share; the actor may then take --error-cost zero_one, its routers learning the 0/1 error); 0: the "
                    "paper's; default 1 for critics on the full tree, 0 otherwise; above 0 the default --lr is 0.02",
     "error_cost": "c_err: cross_entropy or zero_one",
-    "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant)",
+    "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant, the judge's error); "
+                     "default zero_one for critics that train every head (--head-weight > 0), cross_entropy otherwise",
     "probability_floor": "smallest routing probability of any sink during training",
     "validation_fraction": "share of the training split held out for validation",
     "validation_mix": "composition of the validation part: test (the test split's, by source and class, so that "

@@ -524,7 +524,7 @@ def _train_learner(config, task, train_part, validation, test, run_dir, device, 
             evaluations.append({**fields, **evaluate(learner.net, test, k_cpt, decide, classes=task.classes,
                                                      sources=task.sources, task=task)})
         final = {"test_accuracy": evaluations[0]["accuracy"], "test_mean_macs": evaluations[0]["mean_macs"]}
-        hparams = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("sb3_kwargs", "logdir", "data_dir")}
+        hparams = {k: v for k, v in config.resolved_values().items() if k not in ("sb3_kwargs", "logdir", "data_dir")}
         if monitor is not None:
             monitor.hparams(hparams, final)
     finally:

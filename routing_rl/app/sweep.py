@@ -14,7 +14,6 @@ a killed process, a lost node) finishes by running it again.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -83,9 +82,7 @@ def sweep_configs(
 
 def config_differences(saved: TrainConfig, wanted: TrainConfig) -> list[str]:
     """``"field saved (here) vs wanted"`` for every setting of the experiment that differs."""
-    have, want = dataclasses.asdict(saved), dataclasses.asdict(wanted)
-    have["lr"], want["lr"] = saved.resolved_lr, wanted.resolved_lr  # runs saved before lr's default was None hold 0.1
-    have["head_weight"], want["head_weight"] = saved.resolved_head_weight, wanted.resolved_head_weight
+    have, want = saved.resolved_values(), wanted.resolved_values()  # runs saved before a default became None hold its value
     if wanted.agent not in SB3_AGENTS:  # only the env's joint training reads it; its default changed with the suite
         del have["uniform_weight"], want["uniform_weight"]
     return [f"{name} {have[name]!r} (saved) vs {want[name]!r} (asked)"

@@ -58,6 +58,13 @@ the confidence threshold trains its chain, whose validated rate is 0.02 on every
 the env's joint training under the SB3 agents (``envs/joint.py`` says why) and a learner with
 c_heads (``head_weight`` > 0, the critics' default): at 0.1 eight heads' gradients summed
 overwhelm the first columns."""
+CRITIC_ROUTER_LR_SCALE = 100.0
+"""The routers' learning rate over ``lr`` for critics that train every head on every image: a
+critic's router learns only from c_ure, whose weight k_ure (0.001) makes its steps 1,000 times
+smaller than the columns'; at 1 its scores barely leave each sink's mean utility in a
+``quick`` run (agents/critic.py)."""
+RESOLVED_FIELDS = ("policy", "head_weight", "utility_error", "router_lr_scale", "lr", "tau", "epsilon")
+"""Fields whose default (None) depends on the agent: each has a ``resolved_<field>`` property."""
 RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
 
@@ -192,7 +199,8 @@ class TrainConfig:
     epsilon_half_life: int = 500
     k_dec: float = 0.01
     k_ure: float = 0.001
-    router_lr_scale: float = 1.0  # the routers step at lr × this
+    router_lr_scale: float | None = None  # the routers step at lr × this; None: CRITIC_ROUTER_LR_SCALE for critics that
+    # train every head on every image (head_weight > 0), 1 otherwise (agents/critic.py says why)
     score_start: str = "zero"  # critics: the paper's zero scores, or "guess": minus a uniform guess's error cost
     k_l2: float = 1e-4
     c_mod_routing: bool = False  # actor: c_mod's gradient also reaches the routers (the paper's "regularizing d̂")
@@ -206,7 +214,8 @@ class TrainConfig:
     head_weight: float | None = None  # every head's cross-entropy on every image, times this, beside c_err; None: 1 for
     # critics on the full tree, 0 for the actor and sampled critics (agents/critic.py says why)
     error_cost: str = "cross_entropy"
-    utility_error: str = "cross_entropy"  # "zero_one": the paper's 0/1-error critic variant
+    utility_error: str | None = None  # c_err inside critic utilities; None: zero_one (the paper's 0/1 variant) for
+    # critics that train every head on every image (head_weight > 0), cross_entropy otherwise (agents/critic.py says why)
     probability_floor: float = 1e-6
     validation_fraction: float = 0.1
     validation_mix: str = "test"  # the validation part's composition: the test split's ("test") or the training split's
@@ -230,6 +239,13 @@ class TrainConfig:
     def dynamic_k_cpt(self) -> bool:
         return self.k_cpt == DYNAMIC
 
+    def resolved_values(self) -> dict:
+        """Every field, the defaults that depend on the agent (None in ``config.json``) as they
+        resolve: what the run trains with."""
+        values = dataclasses.asdict(self)
+        values.update({name: getattr(self, f"resolved_{name}") for name in RESOLVED_FIELDS})
+        return values
+
     @property
     def resolved_policy(self) -> str | None:
         allowed = AGENT_POLICIES[self.agent]
@@ -240,6 +256,18 @@ class TrainConfig:
         if self.head_weight is not None:
             return self.head_weight
         return 1.0 if self.agent in CRITICS and self.execution == "full" else 0.0
+
+    @property
+    def resolved_utility_error(self) -> str:
+        if self.utility_error is not None:
+            return self.utility_error
+        return "zero_one" if self.agent in CRITICS and self.resolved_head_weight else "cross_entropy"
+
+    @property
+    def resolved_router_lr_scale(self) -> float:
+        if self.router_lr_scale is not None:
+            return self.router_lr_scale
+        return CRITIC_ROUTER_LR_SCALE if self.agent in CRITICS and self.resolved_head_weight else 1.0
 
     @property
     def resolved_lr(self) -> float:
@@ -319,9 +347,9 @@ class TrainConfig:
                              f"{self.agent!r} has neither: drop it")
         if self.dynamic_k_cpt and self.agent in ("static", "threshold"):
             raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
-        for name in ("error_cost", "utility_error"):
-            if getattr(self, name) not in ERROR_COSTS:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {', '.join(ERROR_COSTS)}")
+        for name, value in (("error_cost", self.error_cost), ("utility_error", self.resolved_utility_error)):
+            if value not in ERROR_COSTS:
+                raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(ERROR_COSTS)}")
         if self.head_weight and (self.agent not in ("actor", *CRITICS) or self.execution != "full"):
             raise ValueError(f"--head-weight trains every head on every image of the full tree (the actor, critics with "
                              f"--execution full); {self.agent!r} with --execution {self.execution} does not read it "

@@ -53,13 +53,13 @@ class SGDOptions:
     k_l2: float = TrainConfig.k_l2
     talr: bool = TrainConfig.talr
     probability_floor: float = TrainConfig.probability_floor
-    router_lr_scale: float = TrainConfig.router_lr_scale
+    router_lr_scale: float = 1.0
 
     @classmethod
     def from_config(cls, config: TrainConfig, **overrides):
         """The options ``config`` sets (fields of the same name), then ``overrides``."""
         values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
-        values["lr"] = config.resolved_lr
+        values["lr"], values["router_lr_scale"] = config.resolved_lr, config.resolved_router_lr_scale
         return cls(**{**values, **overrides})
 
 
