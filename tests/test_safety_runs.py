@@ -314,6 +314,19 @@ def test_a_default_lr_saved_as_its_value_is_the_same_run():
     assert config_differences(TrainConfig(agent="dqn", lr=0.1), TrainConfig(agent="dqn")) == ["lr 0.1 (saved) vs 0.02 (asked)"]
 
 
+def test_a_critic_saved_under_an_earlier_default_is_another_run_and_its_own_values_the_same_run():
+    """Saved configs name the utility's error and the routers' rate (their defaults became None
+    on 2026-11-28): a critic saved under the earlier default is refused by name, one that
+    spelled out today's values is the same run."""
+    earlier = TrainConfig(agent="pragmatic-critic", utility_error="cross_entropy", router_lr_scale=1.0)
+    assert config_differences(earlier, TrainConfig(agent="pragmatic-critic")) == [
+        "router_lr_scale 1.0 (saved) vs 100.0 (asked)", "utility_error 'cross_entropy' (saved) vs 'zero_one' (asked)"]
+    spelled = TrainConfig(agent="pragmatic-critic", utility_error="zero_one", router_lr_scale=100.0, lr=0.02, head_weight=1.0)
+    assert config_differences(spelled, TrainConfig(agent="pragmatic-critic")) == []
+    assert config_differences(earlier, TrainConfig(agent="pragmatic-critic", head_weight=0.0)) == [
+        "lr 0.02 (saved) vs 0.1 (asked)", "head_weight 1.0 (saved) vs 0.0 (asked)"]
+
+
 def test_the_joint_training_weight_tells_runs_apart_only_for_the_agents_that_read_it():
     """uniform_weight's default moved from 0.25 to 1.0 with the task suite; only the SB3
     agents' env reads it, so the paper's learners saved under 0.25 are the same runs."""
