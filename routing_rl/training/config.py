@@ -258,16 +258,22 @@ class TrainConfig:
         return 1.0 if self.agent in CRITICS and self.execution == "full" else 0.0
 
     @property
+    def critic_on_every_head(self) -> bool:
+        """A critic whose heads all learn on every image: its routers regress the 0/1 error at
+        :data:`CRITIC_ROUTER_LR_SCALE` × lr by default (agents/critic.py says why)."""
+        return self.agent in CRITICS and bool(self.resolved_head_weight)
+
+    @property
     def resolved_utility_error(self) -> str:
         if self.utility_error is not None:
             return self.utility_error
-        return "zero_one" if self.agent in CRITICS and self.resolved_head_weight else "cross_entropy"
+        return "zero_one" if self.critic_on_every_head else "cross_entropy"
 
     @property
     def resolved_router_lr_scale(self) -> float:
         if self.router_lr_scale is not None:
             return self.router_lr_scale
-        return CRITIC_ROUTER_LR_SCALE if self.agent in CRITICS and self.resolved_head_weight else 1.0
+        return CRITIC_ROUTER_LR_SCALE if self.critic_on_every_head else 1.0
 
     @property
     def resolved_lr(self) -> float:
