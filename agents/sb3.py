@@ -53,6 +53,18 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
   pays for one source, a 0-or-1 reward gives DQN's regression less to learn from than the
   leaf's cross-entropy). So the default stays cross-entropy (``docs/suite.md``, "Why DQN's
   MACs hardly follow k_cpt").
+* ``double_q`` (on for DQN; ``--double-q false`` for SB3's own targets): double Q-learning's
+  targets (:meth:`RoutingDQN.train`). With one-step max targets the upward bias of a max over
+  two close estimates is paid again at every junction a continue passes, so it grows with
+  depth: on cifar10 the one-step DQN sent 28% of the images to exits 7-8 and sat 1.33 points
+  under the static frontier (cost 0.378, its own exit 3 alone 0.364); with double-Q targets
+  3.5% went there and it sat on the frontier (−0.03, cost 0.354). Exits 6-8's share fell on
+  all five tasks measured (33 → 7% cifar10, 63 → 8% hard-digits, 20 → 5% swap). Paired runs on five
+  suite tasks (``quick``, seed 0, k_cpt 4e-9, one machine) cost 0.0075 less per inference on
+  average, lower on three (cifar10, hard-digits, hybrid), 0.002-0.003 higher on two (swap,
+  hybrid-even), and 0.006 / 0.012 less on hybrid / swap at k_cpt 1.6e-8; no run under the
+  frontier by more than 0.5 point, where one-step missed cifar10 (``docs/suite.md``, "Double
+  Q-learning: DQN's targets").
 * ``exit_confidence`` (off by default): the observation also carries, after the junction's
   descriptor, the log top softmax probability of each head among its sinks (the confidence
   threshold's signal; :func:`~routing_rl.nets.router.read_exit_confidence`). With
@@ -228,9 +240,40 @@ class RoutingDQN(RoutedNetSaving, DQN):
     buffer stores them (a remainder waits for the next step).
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, double_q: bool = False, **kwargs):
         self._side_exits: SideExits | None = None  # recorded, short of a full buffer row
+        self.double_q = double_q
         super().__init__(*args, **kwargs)
+
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
+        """SB3's update, or with ``double_q`` double Q-learning's (van Hasselt et al., 2016):
+        the target of a transition into junction j' is ``r + Q_target(s', argmax_a Q(s', a))``.
+        A one-step target takes ``max_a Q_target(s', a)``, and the max of two noisy estimates
+        of nearly equal sinks ("continue" and "exit" are often within a few hundredths) is
+        biased upwards; the bias is paid at every junction a continue passes, so it grows
+        with depth and makes going on look better than it is."""
+        if not self.double_q:
+            return super().train(gradient_steps, batch_size)
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        losses = []
+        for _ in range(gradient_steps):
+            batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
+            discounts = batch.discounts if batch.discounts is not None else self.gamma
+            with torch.no_grad():
+                greedy = self.q_net(batch.next_observations).argmax(dim=1, keepdim=True)
+                next_values = self.q_net_target(batch.next_observations).gather(1, greedy)
+                targets = batch.rewards + (1 - batch.dones) * discounts * next_values
+            values = self.q_net(batch.observations).gather(1, batch.actions.long())
+            loss = torch.nn.functional.smooth_l1_loss(values, targets)
+            losses.append(loss.item())
+            self.policy.optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+            self.policy.optimizer.step()
+        self._n_updates += gradient_steps
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/loss", np.mean(losses))
 
     def _store_transition(self, replay_buffer, buffer_action, new_obs, reward, dones, infos) -> None:
         super()._store_transition(replay_buffer, buffer_action, new_obs, reward, dones, infos)
@@ -397,7 +440,8 @@ def sb3_kwargs(config: TrainConfig, n_envs: int) -> dict:
     """The SB3 algorithm's keyword arguments for ``config``, chosen for routing.
 
     Every agent: ``gamma = 1`` and a 128-128 MLP (the observation is a 2,000-odd feature
-    descriptor). DQN: Adam at 5e-4, batches of 256 transitions, one update per vector step
+    descriptor). DQN: double Q-learning's targets unless ``--double-q false`` (RoutingDQN's own
+    keyword), Adam at 5e-4, batches of 256 transitions, one update per vector step
     with ``n_envs // 64`` gradient steps (one per 64 transitions, so each transition is
     replayed about 4 times); ε from 1 to ``epsilon`` over the first half of the budget (on
     hybrid, cpu-small, k_cpt 4e-9, seeds 0-2: +0.45 ± 0.76 points over the static curve,
@@ -416,7 +460,8 @@ def sb3_kwargs(config: TrainConfig, n_envs: int) -> dict:
     kwargs = dict(SB3_DEFAULTS[config.agent], gamma=1.0)
     images = config.iterations * config.batch_size
     if config.agent == "dqn":
-        kwargs.update(exploration_final_eps=config.resolved_epsilon, gradient_steps=max(1, n_envs // 64),
+        kwargs.update(double_q=config.resolved_double_q, exploration_final_eps=config.resolved_epsilon,
+                      gradient_steps=max(1, n_envs // 64),
                       buffer_size=int(np.clip(images // 25, 1_000, 20_000)),
                       learning_starts=int(np.clip(images // 100, 64, 5_000)),
                       target_update_interval=max(n_envs, int(np.clip(images // 50, 64, 10_000))))
@@ -456,7 +501,9 @@ def check_sb3_kwargs(config: TrainConfig) -> None:
         with warnings.catch_warnings():  # e.g. PPO's note on batch sizes: about the stand-in's single env
             warnings.simplefilter("ignore")
             stand_ins = DummyVecEnv([StandIn] * min(config.n_envs, STAND_IN_ENVS))
-            algorithm("MlpPolicy", stand_ins, device="cpu", **copy.deepcopy(sb3_kwargs(config, config.n_envs)))
+            kwargs = copy.deepcopy(sb3_kwargs(config, config.n_envs))
+            kwargs.pop("double_q", None)  # RoutingDQN's own, checked by TrainConfig
+            algorithm("MlpPolicy", stand_ins, device="cpu", **kwargs)
     except Exception as error:  # SB3's and torch's own checks raise TypeError, ValueError, AssertionError, ...
         raise ValueError(f"--sb3-kwargs {json.dumps(config.sb3_kwargs)}: SB3's {algorithm.__name__} refuses them "
                          f"({type(error).__name__}: {_first_line(error)})") from None

@@ -327,6 +327,21 @@ def test_a_critic_saved_under_an_earlier_default_is_another_run_and_its_own_valu
         "lr 0.02 (saved) vs 0.1 (asked)", "head_weight 1.0 (saved) vs 0.0 (asked)"]
 
 
+def test_dqn_saved_before_double_q_keeps_its_one_step_targets_and_is_another_run():
+    """double_q became DQN's default on 2026-11-28: a DQN config written before it has no such
+    key and trained on one-step max targets, so it reads back as False and a sweep under the
+    new default refuses it by name; the other agents never read it."""
+    old = json.loads(TrainConfig(agent="dqn").to_json())
+    del old["double_q"]
+    earlier = TrainConfig.from_json(json.dumps(old))
+    assert not earlier.resolved_double_q and TrainConfig(agent="dqn").resolved_double_q
+    assert config_differences(earlier, TrainConfig(agent="dqn")) == ["double_q False (saved) vs True (asked)"]
+    assert not TrainConfig(agent="ppo").resolved_double_q
+    old_actor = json.loads(TrainConfig(agent="actor").to_json())
+    del old_actor["double_q"]
+    assert config_differences(TrainConfig.from_json(json.dumps(old_actor)), TrainConfig(agent="actor")) == []
+
+
 def test_the_joint_training_weight_tells_runs_apart_only_for_the_agents_that_read_it():
     """uniform_weight's default moved from 0.25 to 1.0 with the task suite; only the SB3
     agents' env reads it, so the paper's learners saved under 0.25 are the same runs."""

@@ -104,6 +104,7 @@ def test_dqn_maps_eps_greedy_and_gamma_one(tmp_path):
     assert model.exploration_final_eps == 0.05 and model.exploration_initial_eps == 1.0
     assert model.exploration_fraction == 0.5, "ε anneals over the first half of the image budget"
     assert model.gamma == 1.0
+    assert model.double_q, "double Q-learning's targets by default"
     assert model.exploration_rate == pytest.approx(0.05), "exploration anneals on the image budget, which is spent"
     assert model.feature_trainer.options.execution == "full", "every head learns, whatever ε explores"
 
@@ -127,6 +128,35 @@ def test_dqn_replays_the_exits_its_paths_passed(tmp_path, side_heads):
     assert side == (went_on - waiting if side_heads else 0)
     if side_heads:
         assert went_on > 0 and buffer.dones[:buffer.size()].sum() >= side
+
+
+def test_double_q_values_the_online_nets_choice_with_the_target_net(tmp_path):
+    """With ``double_q`` the target is r + Q_target(s', argmax_a Q(s', a)); without it SB3's
+    r + max_a Q_target(s', a). The two nets are made to disagree, lr set to 0, one batch fixed."""
+    config = short_config("dqn", iterations=4, double_q=True)
+    model = train_sb3(config, tiny_dataset(), tmp_path, torch.device("cpu")).model
+    assert model.double_q and load_sb3(tmp_path / "model.zip")[0].double_q, "saved with the run's settings"
+    batch = model.replay_buffer.sample(64)
+    model.replay_buffer.sample = lambda *args, **kwargs: batch
+    model.lr_schedule = lambda _: 0.0
+    with torch.no_grad():
+        for parameter in model.q_net_target.parameters():
+            parameter.add_(torch.randn_like(parameter))
+        online, target = model.q_net(batch.next_observations), model.q_net_target(batch.next_observations)
+        values = model.q_net(batch.observations).gather(1, batch.actions.long())
+
+    def loss(next_values):
+        targets = batch.rewards + (1 - batch.dones) * next_values.reshape(-1, 1)
+        return torch.nn.functional.smooth_l1_loss(values, targets).item()
+
+    double = loss(target.gather(1, online.argmax(dim=1, keepdim=True)))
+    single = loss(target.max(dim=1).values)
+    assert double != pytest.approx(single), "the nets must disagree somewhere for the test to tell them apart"
+    model.train(1, 64)
+    assert model.logger.name_to_value["train/loss"] == pytest.approx(double)
+    model.double_q = False
+    model.train(1, 64)
+    assert model.logger.name_to_value["train/loss"] == pytest.approx(single)
 
 
 def test_resume_continues_from_the_newest_checkpoint(tmp_path):
@@ -186,3 +216,9 @@ def test_observations_carry_the_exits_confidence_and_the_model_reloads(tmp_path)
     resumed = train_sb3(short_config("dqn", iterations=12, exit_confidence=True), dataset, tmp_path,
                         torch.device("cpu"), resume=True)
     assert resumed.model.feature_trainer.updates == 12
+
+
+@pytest.mark.parametrize("agent", ["ppo", "actor", "critic"])
+def test_double_q_belongs_to_dqn(agent):
+    with pytest.raises(ValueError, match="--double-q changes DQN's targets"):
+        make_config("smoke", agent=agent, double_q=True)

@@ -70,6 +70,9 @@ HELP = {
                        "its sinks, the signal the confidence threshold routes on; costs the heads' MACs at every junction",
     "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is "
                   "computed); dqn: also replay those exits, with the rewards they would have earned",
+    "double_q": "dqn: double Q-learning's target, the online network picks the next junction's sink and the target "
+                "network values it (one-step targets otherwise take the target network's max, which overestimates "
+                "continuing); default: true for dqn",
     "uniform_weight": "dqn, ppo, a2c: in the env's full-tree joint training, every head's weight in each image's loss "
                       "beside the weight 1 of the head the agent's path reached (1: all heads alike, as the threshold trains)",
     "head_weight": "actor, full-tree critics: every head's cross-entropy on every image, times this, is added to c_err, so "
@@ -158,7 +161,7 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
             converter = str
         elif field.name == "sb3_kwargs":
             converter = _json_object
-        elif kind is bool:
+        elif kind is bool or bool in typing.get_args(hints[field.name]):  # a flag, or None for the agent's own
             converter = _bool
         elif field.name == "seed":
             converter = _non_negative_int

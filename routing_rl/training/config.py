@@ -63,7 +63,7 @@ CRITIC_ROUTER_LR_SCALE = 100.0
 critic's router learns only from c_ure, whose weight k_ure (0.001) makes its steps 1,000 times
 smaller than the columns'; at 1 its scores barely leave each sink's mean utility in a
 ``quick`` run (agents/critic.py)."""
-RESOLVED_FIELDS = ("policy", "head_weight", "utility_error", "router_lr_scale", "lr", "tau", "epsilon")
+RESOLVED_FIELDS = ("policy", "head_weight", "utility_error", "router_lr_scale", "lr", "tau", "epsilon", "double_q")
 """Fields whose default (None) depends on the agent: each has a ``resolved_<field>`` property."""
 RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
@@ -210,6 +210,8 @@ class TrainConfig:
     execution: str = "full"  # every node on every image (agents/critic.py says why); "sampled": the decisions' paths only
     exit_confidence: bool = False  # routers also read their exit heads' top softmax probability
     side_heads: bool = True  # sampled critics: train every head whose input the path computed; dqn: replay those exits
+    double_q: bool | None = None  # dqn: the online net picks the next junction's sink, the target net values it (double
+    # Q-learning); None: True for dqn (agents/sb3.py says why)
     uniform_weight: float = 1.0  # dqn/ppo/a2c full-tree joint training: every head's weight beside the reached one's 1
     head_weight: float | None = None  # every head's cross-entropy on every image, times this, beside c_err; None: 1 for
     # critics on the full tree, 0 for the actor and sampled critics (agents/critic.py says why)
@@ -293,6 +295,12 @@ class TrainConfig:
             return self.epsilon
         return 0.1 if self.agent == "dqn" else 1.0
 
+    @property
+    def resolved_double_q(self) -> bool:
+        if self.double_q is not None:
+            return self.double_q
+        return self.agent == "dqn"
+
     def validate(self, archs: Sequence[str] | None = None, static_archs: Sequence[str] | None = None) -> TrainConfig:
         """Raise ValueError naming the first bad field and how to fix it (also for a config
         read back from a hand-edited config.json: every field's type and range is checked).
@@ -356,6 +364,8 @@ class TrainConfig:
         for name, value in (("error_cost", self.error_cost), ("utility_error", self.resolved_utility_error)):
             if value not in ERROR_COSTS:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(ERROR_COSTS)}")
+        if self.double_q and self.agent != "dqn":
+            raise ValueError(f"--double-q changes DQN's targets; {self.agent!r} has none: drop it")
         if self.head_weight and (self.agent not in ("actor", *CRITICS) or self.execution != "full"):
             raise ValueError(f"--head-weight trains every head on every image of the full tree (the actor, critics with "
                              f"--execution full); {self.agent!r} with --execution {self.execution} does not read it "
@@ -451,6 +461,7 @@ class TrainConfig:
                              "environment steps; start a new run")
         values.setdefault("validation_mix", "train")  # configs written before it held out the training mix
         values.setdefault("head_weight", 0.0)  # configs written before it trained heads by their routed share alone
+        values.setdefault("double_q", False)  # configs written before it: DQN's one-step max targets
         if values.get("execution") is None:  # written when None meant the agent's default execution, which was
             sampled = "router_lr_scale" not in values and values.get("agent") not in SB3_AGENTS and \
                 values.get("policy") in ("eps-greedy", "greedy")  # sampled for these policies, before the task suite
