@@ -62,9 +62,10 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
   all five tasks measured (33 → 7% cifar10, 63 → 8% hard-digits, 20 → 5% swap). Paired runs on five
   suite tasks (``quick``, seed 0, k_cpt 4e-9, one machine) cost 0.0075 less per inference on
   average, lower on three (cifar10, hard-digits, hybrid), 0.002-0.003 higher on two (swap,
-  hybrid-even), and 0.006 / 0.012 less on hybrid / swap at k_cpt 1.6e-8; no run under the
-  frontier by more than 0.5 point, where one-step missed cifar10 (``docs/suite.md``, "Double
-  Q-learning: DQN's targets").
+  hybrid-even), and 0.006 / 0.012 less on hybrid / swap at k_cpt 1.6e-8; no paired run under
+  the frontier by more than 0.5 point, where one-step missed cifar10. Unpaired, it misses on
+  hybrid-hard-digits at 1.6e-8 (−2.65) and on a second cifar10 seed (−0.92)
+  (``docs/suite.md``, "Double Q-learning: DQN's targets").
 * ``exit_confidence`` (off by default): the observation also carries, after the junction's
   descriptor, the log top softmax probability of each head among its sinks (the confidence
   threshold's signal; :func:`~routing_rl.nets.router.read_exit_confidence`). With
