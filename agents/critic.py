@@ -127,11 +127,12 @@ by source to the test split's mix instead (slow routers) did not help (hard-digi
 ``exit_confidence`` stays off. With routers this fast the critic does learn from its exits'
 confidence (``--exit-confidence true``): its routing beats its net's cheapest single exit by
 more on five suite tasks at 4e-9 and hybrid costs 0.093 (the default 0.117, the fitted
-threshold 0.107), but on hybrid-hard-digits it stops the hard digits a column early (0.283
-against 0.190 at 4e-9) and on hybrid-swap at 1.6e-8 it ends 1.65 points under the frontier:
-one confidence number means different things for the two sources, and the routers learn the
-photos' reading of it from a 93% photo training mix (``docs/suite.md``, "The critic with
-routers that learn per image").
+threshold 0.107; 0.104 at seed 1 against 0.115), but it costs more on hybrid-hard-digits at
+both prices and in both seeds run (0.283 and 0.255 against 0.190 and 0.216 at 4e-9: weaker
+heads on the digits, and at seed 0 the digits stopped a column early, likely because one
+confidence number means different things for the two sources and 93% of the training images
+are photos) and on hybrid-swap at 1.6e-8 it ends 1.65 points under the frontier
+(``docs/suite.md``, "The critic with routers that learn per image").
 
 **What makes sampled learning work (the defaults for ``--execution sampled``).** Sampled
 decisions starve the deep part of the net: a column, and its head, learn only from the
