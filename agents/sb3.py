@@ -65,9 +65,10 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
   hybrid-even), and 0.006 / 0.012 / 0.034 less on hybrid / swap / hard-digits at k_cpt 1.6e-8.
   At 4e-9 no paired run lies under the frontier by more than 0.5 point, where one-step missed
   cifar10; on hybrid-hard-digits at 1.6e-8 both miss, one-step by more (−4.92 against −2.65;
-  neither net learned the hard digits). It also misses at 1.6e-8 on hybrid-even (−1.41), on a second cifar10
-  seed (−0.92) and on one of three hard-digits seeds (−4.43); three seeds on hybrid read
-  +1.03 ± 0.55, on swap +1.70 ± 0.67 (``docs/suite.md``, "Double Q-learning: DQN's targets").
+  neither net learned the hard digits). It also misses at 1.6e-8 on hybrid-even (−1.41), on a
+  second cifar10 seed (−0.92) and on one of three hard-digits seeds (−4.43); three seeds on
+  hybrid read +1.03 ± 0.55, on swap +1.70 ± 0.67 (``docs/suite.md``, "Double Q-learning: DQN's
+  targets").
 * ``exit_confidence`` (off by default): the observation also carries, after the junction's
   descriptor, the log top softmax probability of each head among its sinks (the confidence
   threshold's signal; :func:`~routing_rl.nets.router.read_exit_confidence`). With
