@@ -209,11 +209,23 @@ def test_existing_run_is_never_overwritten_silently(tiny_data, cache, tmp_path, 
         (["--run-name", ".."], "run_name must be one folder name"),
     ],
 )
-def test_user_mistakes_end_with_one_line_and_status_2(args, message, tmp_path):
-    result = subprocess.run([sys.executable, str(SCRIPT), *args, "--logdir", str(tmp_path)],
+def test_user_mistakes_end_with_one_line_and_status_2(args, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([*args, "--logdir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2, err
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_script_ends_a_mistake_with_one_line_and_status_2(tmp_path):
+    # the cases above call main(); this one runs the script as a user does, imports and all
+    result = subprocess.run([sys.executable, str(SCRIPT), "--agent", "sarsa", "--logdir", str(tmp_path)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
-    assert message in result.stderr
+    assert "unknown agent 'sarsa'" in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
