@@ -14,11 +14,20 @@ the policy does not send images:
     c_heads = w · mean_batch Σ_leaf CE(leaf)
 
 (w = 1: with c_err in cross-entropy, each head's loss is ``(P_leaf + 1) · CE``, the
-confidence threshold's all-heads loss plus the routed share), and c_err may then be the 0/1
-error (``error_cost = zero_one``): the routers learn the cost of inference itself and the heads
-their cross-entropy. Why: in the paper's actor a head learns in proportion to the images routed
-to it, so a head the policy turns away from early stays weak, and a policy that commits
-while the heads are young keeps the features it had (docs/suite.md measures it).
+confidence threshold's all-heads loss plus the routed share). Why: in the paper's actor a head
+learns in proportion to the images routed to it, so a head the policy turns away from early
+stays weak, and a policy that commits while the heads are young keeps the features it had
+(docs/suite.md measures it).
+
+c_err may be the 0/1 error instead (``error_cost = zero_one``): the routers then learn the cost
+of inference the suite judges, and the heads, which a 0/1 error cannot teach, learn the same
+``(P_leaf + w) · CE`` as with c_err in cross-entropy, their routed share moving to c_heads:
+
+    c_heads = mean_batch Σ_leaf (sg(P_leaf) + w) · CE(leaf)
+
+Why: in nats a deeper head keeps paying for confidence on images a shallower one already gets
+right, so a router that learns cross-entropy buys columns the 0/1 judge does not count
+(docs/suite.md, "Keeping the actor exploring", measures it).
 Regularisation (Section 4.4) adds
 
 * c_mod = k_L2 · Σ_nodes p̄_node Σ w² (see :mod:`routing_rl.training.sgd`), with p̄ a constant
@@ -67,9 +76,12 @@ class ActorLearner(SGDLearner):
         reach = self.paths.reach(probabilities)
         p_leaf = self.paths.leaves(reach)
         cross_entropy = leaf_errors(self.net, out, batch.labels)
-        error = cross_entropy if self.config.error_cost == "cross_entropy" else \
-            leaf_errors(self.net, out, batch.labels, self.config.error_cost)
-        c_err = (p_leaf * error).sum(1).mean()
+        head_share = torch.full_like(p_leaf, self.config.resolved_head_weight)  # each head's CE weight in c_heads
+        if self.config.error_cost == "cross_entropy":
+            c_err = (p_leaf * cross_entropy).sum(1).mean()
+        else:
+            c_err = (p_leaf * leaf_errors(self.net, out, batch.labels, self.config.error_cost)).sum(1).mean()
+            head_share = head_share + p_leaf.detach()
         c_cpt = expected_c_cpt(p_leaf, k_cpt, self.leaf_cost)
         reach_junction = reach.detach()[:, self.junction_columns]
         decisiveness = torch.stack([out.scores[j].square().sum(1) for j in self.net.junctions], dim=1)
@@ -80,7 +92,7 @@ class ActorLearner(SGDLearner):
         return {
             "c_err": c_err,
             "c_cpt": c_cpt,
-            "c_heads": self.config.resolved_head_weight * cross_entropy.sum(1).mean(),
+            "c_heads": (head_share * cross_entropy).sum(1).mean(),
             "c_mod": self.sgd.c_mod_of_usage(self.batch_mean(reach)) if self.config.c_mod_routing else self.c_mod(usage),
             "c_dec": c_dec,
             "reach": reach,
@@ -92,5 +104,6 @@ class ActorLearner(SGDLearner):
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         # accuracy and MACs in the report are expectations over the training policy's paths
-        names = ("c_err", "c_cpt", "c_heads", "c_mod", "c_dec") if self.config.resolved_head_weight else ("c_err", "c_cpt", "c_mod", "c_dec")
+        heads_apart = self.config.resolved_head_weight or self.config.error_cost != "cross_entropy"
+        names = ("c_err", "c_cpt", "c_heads", "c_mod", "c_dec") if heads_apart else ("c_err", "c_cpt", "c_mod", "c_dec")
         return self.routed_step(self.losses(batch, iteration), names, iteration)

@@ -201,22 +201,30 @@ def test_c_heads_is_every_heads_cross_entropy_times_the_weight():
     assert terms["c_heads"].item() == pytest.approx(0.5 * expected.item())
 
 
-def test_zero_one_error_teaches_the_routers_and_leaves_the_heads_to_c_heads():
-    with pytest.raises(ValueError, match="--head-weight > 0"):
-        make_config("smoke", agent="actor", error_cost="zero_one")
+@pytest.mark.parametrize("head_weight", [0.0, 1.0])
+def test_zero_one_error_teaches_the_routers_and_leaves_the_heads_to_c_heads(head_weight):
     net = random_routers(vector_tree().double())
-    config = make_config("smoke", agent="actor", error_cost="zero_one", head_weight=1.0, tau=0.5)
-    terms = ActorLearner(net, config, CPU).losses(synthetic(16), iteration=0)
+    data = synthetic(16)
+    config = make_config("smoke", agent="actor", error_cost="zero_one", head_weight=head_weight, tau=0.5)
+    terms = ActorLearner(net, config, CPU).losses(data, iteration=0)
     heads = [net.nodes[leaf].transform.weight for leaf in net.leaves]
     routers = [net.nodes[j].router.layers[-1].weight for j in net.junctions]
-    from_error = torch.autograd.grad(terms["c_err"], heads + routers, allow_unused=True)
+    from_error = torch.autograd.grad(terms["c_err"], heads + routers, allow_unused=True, retain_graph=True)
     assert all(g is None or not g.any() for g in from_error[:len(heads)]), "a 0/1 error has no gradient for the heads"
     assert all(g is not None and g.abs().sum() > 0 for g in from_error[len(heads):])
     assert 0.0 <= terms["c_err"].item() <= 1.0
+    # the heads learn what they would with c_err in cross-entropy: their routed share, plus w on every image
+    p_leaf = Paths(net).leaves(terms["reach"]).detach()
+    cross_entropy = torch.stack([F.cross_entropy(net(data.images).logits[leaf], data.labels, reduction="none")
+                                 for leaf in net.leaves], dim=1)
+    assert terms["c_heads"].item() == pytest.approx(((p_leaf + head_weight) * cross_entropy).sum(1).mean().item())
+    from_heads = torch.autograd.grad(terms["c_heads"], heads + routers, allow_unused=True)
+    assert all(g is not None and g.abs().sum() > 0 for g in from_heads[:len(heads)])
+    assert all(g is None or not g.any() for g in from_heads[len(heads):]), "the routed share is a weight, not a gradient path"
 
 
 def test_head_weight_belongs_to_full_tree_learners_and_zero_one_c_err_to_the_actor():
     with pytest.raises(ValueError, match="--head-weight trains every head on every image of the full tree"):
         make_config("smoke", agent="threshold", head_weight=1.0)
-    with pytest.raises(ValueError, match="the actor can with --head-weight > 0"):
+    with pytest.raises(ValueError, match="the actor's routers can learn it"):
         make_config("smoke", agent="critic", error_cost="zero_one", head_weight=1.0)

@@ -370,10 +370,10 @@ class TrainConfig:
             raise ValueError(f"--head-weight trains every head on every image of the full tree (the actor, critics with "
                              f"--execution full); {self.agent!r} with --execution {self.execution} does not read it "
                              "(dqn, ppo, a2c: --uniform-weight weighs the heads of the env's joint training): drop it")
-        if self.error_cost != "cross_entropy" and self.agent not in SB3_AGENTS and not (self.agent == "actor" and self.resolved_head_weight):
+        if self.error_cost != "cross_entropy" and self.agent not in (*SB3_AGENTS, "actor"):
             raise ValueError(
                 f"error_cost {self.error_cost!r} has no gradient for the heads to learn from; keep cross_entropy "
-                "(a critic can use --utility-error zero_one inside its utility; the actor can with --head-weight > 0, "
+                "(a critic can use --utility-error zero_one inside its utility; the actor's routers can learn it, "
                 "its heads then learn from their own cross-entropy)"
             )
         if self.validation_mix not in VALIDATION_MIXES:

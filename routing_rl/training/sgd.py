@@ -207,7 +207,7 @@ def leaf_correct(net: RoutedNet, output: FullOutput, labels: torch.Tensor) -> to
 
 
 def check_error_cost(config: TrainConfig) -> None:
-    if config.error_cost != "cross_entropy" and not (config.agent == "actor" and config.resolved_head_weight):
+    if config.error_cost != "cross_entropy" and config.agent != "actor":
         raise ValueError(
             f"error_cost {config.error_cost!r} has no gradient for the heads to learn from; keep "
             "cross_entropy (a critic can use --utility-error zero_one inside its utility)"
