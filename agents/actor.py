@@ -47,7 +47,7 @@ import torch
 
 from routing_rl.core.paths import Paths
 from routing_rl.agents.base import SGDLearner
-from routing_rl.training.sgd import check_error_cost, leaf_correct, leaf_errors, training_policy
+from routing_rl.training.sgd import leaf_correct, leaf_errors, training_policy
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet
@@ -62,7 +62,6 @@ class ActorLearner(SGDLearner):
             raise ValueError("the actor learns routing; its net needs junctions (--arch chain or tree)")
         if config.resolved_policy != "softmax":
             raise ValueError("the actor's gradients flow through softmax probabilities; use --policy softmax")
-        check_error_cost(config)
         super().__init__(net, config, device, cost)
         self.policy = training_policy(config)
         self.paths = Paths(net)
@@ -76,10 +75,10 @@ class ActorLearner(SGDLearner):
         reach = self.paths.reach(probabilities)
         p_leaf = self.paths.leaves(reach)
         cross_entropy = leaf_errors(self.net, out, batch.labels)
-        head_share = torch.full_like(p_leaf, self.config.resolved_head_weight)  # each head's CE weight in c_heads
+        head_share = self.config.resolved_head_weight  # each head's CE weight in c_heads
         if self.config.error_cost == "cross_entropy":
             c_err = (p_leaf * cross_entropy).sum(1).mean()
-        else:
+        else:  # the routers learn the judged error; the heads keep their routed share of CE
             c_err = (p_leaf * leaf_errors(self.net, out, batch.labels, self.config.error_cost)).sum(1).mean()
             head_share = head_share + p_leaf.detach()
         c_cpt = expected_c_cpt(p_leaf, k_cpt, self.leaf_cost)

@@ -201,7 +201,7 @@ import torch
 
 from routing_rl.core.paths import Paths
 from routing_rl.agents.base import SGDLearner
-from routing_rl.training.sgd import check_error_cost, leaf_correct, leaf_errors, training_policy
+from routing_rl.training.sgd import leaf_correct, leaf_errors, training_policy
 from routing_rl.training.config import TrainConfig
 from routing_rl.core.costs import error_cost, guess_cost
 from routing_rl.data import Split
@@ -308,7 +308,7 @@ class CriticLearner(SGDLearner):
                  optimistic: bool = False):
         if not net.junctions:
             raise ValueError("a critic learns routing; its net needs junctions (--arch chain or tree)")
-        check_error_cost(config)
+        config.check_error_cost()
         super().__init__(net, config, device, cost)
         self.optimistic = optimistic
         self.policy = training_policy(config)

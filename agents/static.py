@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from routing_rl.agents.base import SGDLearner
-from routing_rl.training.sgd import check_error_cost, scalars
+from routing_rl.training.sgd import scalars
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet
@@ -23,7 +23,7 @@ class StaticLearner(SGDLearner):
     def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None):
         if net.junctions:
             raise ValueError("the static learner trains nets without junctions; use --arch static-N")
-        check_error_cost(config)
+        config.check_error_cost()
         super().__init__(net, config, device, cost)
         (self.leaf,) = net.leaves
 

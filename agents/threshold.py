@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from routing_rl.agents.base import SGDLearner
 from routing_rl.training.episodes import frame_examples
-from routing_rl.training.sgd import check_error_cost, leaf_errors, scalars
+from routing_rl.training.sgd import leaf_errors, scalars
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
 from routing_rl.core.execution import Decide, Junction
@@ -100,7 +100,7 @@ class ThresholdLearner(SGDLearner):
     """
 
     def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None):
-        check_error_cost(config)
+        config.check_error_cost()
         self.chain_leaves, self.exit_sink = _chain_leaves(net)
         super().__init__(net, config, device, cost, regularise_routers=False)
         indices = [net.leaf_index[leaf] for leaf in self.chain_leaves]

@@ -10,8 +10,9 @@ Presets:
     halving every 10,000 iterations.
   * ``cpu-small`` — the same shape compressed 20× in time (4,000 iterations, every
     half-life 500), so that one 8-column net trains in minutes on a 2-core CPU.
-  * ``quick`` — the default: 600 iterations with the same shape, a first real result in a
-    few minutes on a CPU.
+  * ``quick`` — the default: 1,200 iterations; lr halving every 400, τ every 200 and ε every
+    150, so that the policies harden within the run; a first real result in a few minutes on
+    a CPU.
   * ``smoke`` — a few iterations on a small batch and a few hundred examples, for tests.
 
 A preset is a number of training images, ``iterations × batch_size``, the same for every
@@ -301,6 +302,17 @@ class TrainConfig:
             return self.double_q
         return self.agent == "dqn"
 
+    def check_error_cost(self) -> None:
+        """Refuse an ``error_cost`` this agent cannot learn from. Its heads learn c_err, and a 0/1
+        error has no gradient; the actor's routers learn it while its heads keep their routed
+        cross-entropy, and the SB3 agents only read it as a reward."""
+        if self.error_cost != "cross_entropy" and self.agent not in (*SB3_AGENTS, "actor"):
+            raise ValueError(
+                f"error_cost {self.error_cost!r} has no gradient for the heads to learn from; keep cross_entropy "
+                "(a critic can use --utility-error zero_one inside its utility; the actor's routers can learn it, "
+                "its heads then learn from their own cross-entropy)"
+            )
+
     def validate(self, archs: Sequence[str] | None = None, static_archs: Sequence[str] | None = None) -> TrainConfig:
         """Raise ValueError naming the first bad field and how to fix it (also for a config
         read back from a hand-edited config.json: every field's type and range is checked).
@@ -370,12 +382,7 @@ class TrainConfig:
             raise ValueError(f"--head-weight trains every head on every image of the full tree (the actor, critics with "
                              f"--execution full); {self.agent!r} with --execution {self.execution} does not read it "
                              "(dqn, ppo, a2c: --uniform-weight weighs the heads of the env's joint training): drop it")
-        if self.error_cost != "cross_entropy" and self.agent not in (*SB3_AGENTS, "actor"):
-            raise ValueError(
-                f"error_cost {self.error_cost!r} has no gradient for the heads to learn from; keep cross_entropy "
-                "(a critic can use --utility-error zero_one inside its utility; the actor's routers can learn it, "
-                "its heads then learn from their own cross-entropy)"
-            )
+        self.check_error_cost()
         if self.validation_mix not in VALIDATION_MIXES:
             raise ValueError(f"unknown validation_mix {self.validation_mix!r}; choose one of {', '.join(VALIDATION_MIXES)}")
         if self.score_start not in SCORE_STARTS:

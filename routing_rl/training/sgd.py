@@ -24,7 +24,7 @@
   - ``state_dict``: the optimiser's (momentum).
 
 Helpers every routing loss uses: :func:`training_policy`, :func:`leaf_errors`,
-:func:`leaf_correct`, :func:`check_error_cost`, :func:`scalars`.
+:func:`leaf_correct`, :func:`scalars`.
 """
 
 from __future__ import annotations
@@ -204,14 +204,6 @@ def leaf_errors(net: RoutedNet, output: FullOutput, labels: torch.Tensor, kind: 
 def leaf_correct(net: RoutedNet, output: FullOutput, labels: torch.Tensor) -> torch.Tensor:
     """``(B, L)`` 1.0 where a leaf's prediction is right."""
     return torch.stack([(output.logits[leaf].argmax(1) == labels) for leaf in net.leaves], dim=1).float()
-
-
-def check_error_cost(config: TrainConfig) -> None:
-    if config.error_cost != "cross_entropy" and config.agent != "actor":
-        raise ValueError(
-            f"error_cost {config.error_cost!r} has no gradient for the heads to learn from; keep "
-            "cross_entropy (a critic can use --utility-error zero_one inside its utility)"
-        )
 
 
 def scalars(values: dict[str, torch.Tensor | float]) -> dict[str, float]:
