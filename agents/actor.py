@@ -46,7 +46,6 @@ from __future__ import annotations
 import torch
 
 from routing_rl.core.paths import Paths
-from routing_rl.core.policies import halving
 from routing_rl.agents.base import SGDLearner
 from routing_rl.training.sgd import leaf_correct, leaf_errors, training_policy
 from routing_rl.training.config import TrainConfig
@@ -76,8 +75,7 @@ class ActorLearner(SGDLearner):
         reach = self.paths.reach(probabilities)
         p_leaf = self.paths.leaves(reach)
         cross_entropy = leaf_errors(self.net, out, batch.labels)
-        head_weight = self.head_weight(iteration)
-        head_share = head_weight  # each head's CE weight in c_heads
+        head_share = self.config.resolved_head_weight  # each head's CE weight in c_heads
         if self.config.error_cost == "cross_entropy":
             c_err = (p_leaf * cross_entropy).sum(1).mean()
         else:  # the routers learn the judged error; the heads keep their routed share of CE
@@ -87,7 +85,7 @@ class ActorLearner(SGDLearner):
         reach_junction = reach.detach()[:, self.junction_columns]
         decisiveness = torch.stack([out.scores[j].square().sum(1) for j in self.net.junctions], dim=1)
         c_dec = self.config.k_dec * (reach_junction * decisiveness).sum(1).mean()
-        trained = (reach.detach() + head_weight).clamp(max=1.0)  # how much each node learns per image
+        trained = (reach.detach() + self.config.resolved_head_weight).clamp(max=1.0)  # how much each node learns per image
         usage = self.batch_mean(trained)
         p_leaf = p_leaf.detach()
         return {
@@ -103,16 +101,8 @@ class ActorLearner(SGDLearner):
             "mean_macs": (p_leaf * self.leaf_macs).sum(1).mean(),
         }
 
-    def head_weight(self, iteration: int) -> float:
-        """c_heads' weight w at ``iteration``: constant, or halving every ``head_weight_half_life``."""
-        weight, half_life = self.config.resolved_head_weight, self.config.head_weight_half_life
-        return weight if half_life is None else halving(weight, iteration, half_life)
-
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         # accuracy and MACs in the report are expectations over the training policy's paths
         heads_apart = self.config.resolved_head_weight or self.config.error_cost != "cross_entropy"
         names = ("c_err", "c_cpt", "c_heads", "c_mod", "c_dec") if heads_apart else ("c_err", "c_cpt", "c_mod", "c_dec")
-        logged = self.routed_step(self.losses(batch, iteration), names, iteration)
-        if self.config.head_weight_half_life is not None:
-            logged["charts/head_weight"] = self.head_weight(iteration)
-        return logged
+        return self.routed_step(self.losses(batch, iteration), names, iteration)

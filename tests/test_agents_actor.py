@@ -201,30 +201,6 @@ def test_c_heads_is_every_heads_cross_entropy_times_the_weight():
     assert terms["c_heads"].item() == pytest.approx(0.5 * expected.item())
 
 
-def test_head_weight_halves_every_half_life_in_c_heads_and_in_what_talr_counts():
-    net = random_routers(vector_tree().double())
-    data = synthetic()
-    config = make_config("smoke", agent="actor", head_weight=1.0, head_weight_half_life=4)
-    learner = ActorLearner(net, config, CPU)
-    out = net(data.images)
-    every_head = sum(F.cross_entropy(out.logits[leaf], data.labels) for leaf in net.leaves).item()
-    for iteration, weight in ((0, 1.0), (4, 0.5), (12, 0.125)):
-        terms = learner.losses(data, iteration)
-        assert terms["c_heads"].item() == pytest.approx(weight * every_head)
-        assert torch.allclose(terms["trained"], (terms["reach"].detach() + weight).clamp(max=1.0))
-    constant = ActorLearner(net, make_config("smoke", agent="actor", head_weight=1.0), CPU).losses(data, 12)
-    assert constant["c_heads"].item() == pytest.approx(every_head)
-
-
-def test_head_weight_half_life_needs_the_actor_and_a_head_weight():
-    with pytest.raises(ValueError, match="needs --agent actor and --head-weight > 0"):
-        make_config("smoke", agent="actor", head_weight_half_life=100)
-    with pytest.raises(ValueError, match="needs --agent actor and --head-weight > 0"):
-        make_config("smoke", agent="critic", head_weight_half_life=100)
-    with pytest.raises(ValueError, match="head_weight_half_life must be a finite number > 0"):
-        make_config("smoke", agent="actor", head_weight=1.0, head_weight_half_life=0)
-
-
 @pytest.mark.parametrize("head_weight", [0.0, 1.0])
 def test_zero_one_error_teaches_the_routers_and_leaves_the_heads_to_c_heads(head_weight):
     net = random_routers(vector_tree().double())

@@ -79,8 +79,6 @@ HELP = {
                    "heads learn whatever the policy does (1: with c_err, the threshold's all-heads loss plus the routed "
                    "share; the actor may then take --error-cost zero_one, its routers learning the 0/1 error); 0: the "
                    "paper's; default 1 for critics on the full tree, 0 otherwise; above 0 the default --lr is 0.02",
-    "head_weight_half_life": "actor: iterations for --head-weight to halve, so that every head learns every image while "
-                             "the policy is soft and the heads specialise as it hardens; default: constant",
     "error_cost": "c_err: cross_entropy or zero_one",
     "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant, the judge's error); "
                      "default zero_one for critics that train every head (--head-weight > 0), cross_entropy otherwise",
@@ -167,7 +165,7 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
             converter = _bool
         elif field.name == "seed":
             converter = _non_negative_int
-        elif kind is int or int in typing.get_args(hints[field.name]):  # a count, or None for its default
+        elif kind is int or field.name in ("eval_examples", "train_examples", "latency_batch"):
             converter = _positive_int
         elif kind is float or float in typing.get_args(hints[field.name]):  # a number, or None for the agent's own
             converter = _number

@@ -117,7 +117,7 @@ RANGES = {  # field: ((low, inclusive), (high, inclusive), what to say)
     "momentum": ((0, True), (1, False), "in [0, 1)"),
     "epsilon": ((0, True), (1, True), "in [0, 1]"),
     "uniform_weight": ((0, True), (1, True), "in [0, 1] (1: every head weighs the same, 0: only the head the agent reached)"),
-    "head_weight": _NON_NEGATIVE, "head_weight_half_life": _POSITIVE,
+    "head_weight": _NON_NEGATIVE,
     "probability_floor": ((0, False), (1, False), "in (0, 1), so that no path has zero probability"),
     "validation_fraction": ((0, False), (1, False), "in (0, 1)"),
 }
@@ -216,7 +216,6 @@ class TrainConfig:
     uniform_weight: float = 1.0  # dqn/ppo/a2c full-tree joint training: every head's weight beside the reached one's 1
     head_weight: float | None = None  # every head's cross-entropy on every image, times this, beside c_err; None: 1 for
     # critics on the full tree, 0 for the actor and sampled critics (agents/critic.py says why)
-    head_weight_half_life: int | None = None  # actor: iterations for head_weight to halve; None: constant
     error_cost: str = "cross_entropy"
     utility_error: str | None = None  # c_err inside critic utilities; None: zero_one (the paper's 0/1 variant) for
     # critics that train every head on every image (head_weight > 0), cross_entropy otherwise (agents/critic.py says why)
@@ -383,9 +382,6 @@ class TrainConfig:
             raise ValueError(f"--head-weight trains every head on every image of the full tree (the actor, critics with "
                              f"--execution full); {self.agent!r} with --execution {self.execution} does not read it "
                              "(dqn, ppo, a2c: --uniform-weight weighs the heads of the env's joint training): drop it")
-        if self.head_weight_half_life is not None and not (self.agent == "actor" and self.resolved_head_weight):
-            raise ValueError("--head-weight-half-life decays the actor's c_heads over training; it needs --agent actor "
-                             f"and --head-weight > 0 (got agent {self.agent!r}, head_weight {self.resolved_head_weight})")
         self.check_error_cost()
         if self.validation_mix not in VALIDATION_MIXES:
             raise ValueError(f"unknown validation_mix {self.validation_mix!r}; choose one of {', '.join(VALIDATION_MIXES)}")
