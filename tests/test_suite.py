@@ -105,9 +105,16 @@ def test_summary_and_suite_set_the_routing_beside_the_cheapest_exit_alone(tmp_pa
     assert row["best_single_exit"] is None and "| — |" in suite_table({"tasks": {"hybrid": {"rows": [row]}}})
 
 
-def test_summary_falls_back_to_the_readme_table_on_hybrid_only(tmp_path):
-    assert "README reproduction table" in summary_text(fake_run(tmp_path / "a", "actor", "chain", 0.95, 5e6, "hybrid"))
-    assert "static frontier" not in summary_text(fake_run(tmp_path / "b", "actor", "chain", 0.95, 5e6, "cifar10"))
+def test_summary_falls_back_to_the_static_nets_of_the_runs_preset_on_hybrid_only(tmp_path):
+    quick = summary_text(fake_run(tmp_path / "a", "actor", "chain", 0.90, 4.35e6, "hybrid"))
+    # quick's frontier between static-1 (85.38%, 1.36M) and static-2 (90.25%, 5.27M): 89.10% at 4.35M
+    assert "the task suite's static nets, hybrid, preset quick" in quick and "this net +0.90 pts" in quick
+    longer = fake_run(tmp_path / "b", "actor", "chain", 0.90, 4.35e6, "hybrid")
+    longer["config"]["preset"] = "cpu-small"  # the README's reproduction table: 90.69% at 4.35M
+    assert "README reproduction table" in summary_text(longer) and "this net -0.69 pts" in summary_text(longer)
+    longer["config"]["preset"] = "paper"  # no static nets of that schedule to judge it by
+    assert "static frontier" not in summary_text(longer)
+    assert "static frontier" not in summary_text(fake_run(tmp_path / "c", "actor", "chain", 0.95, 5e6, "cifar10"))
 
 
 # --- the suite's datasets --------------------------------------------------------------
