@@ -17,7 +17,7 @@ from pathlib import Path
 from routing_rl.app.frontier import frontier_accuracy, static_frontier
 
 STATIC_REFERENCES = {
-    "cpu-small": (
+    "cpu-small": ("README reproduction table, hybrid, preset cpu-small, seed 0", (
         ("static-1", 0.8782, 1.36e6),
         ("static-2", 0.9157, 5.27e6),
         ("static-3", 0.9362, 7.56e6),
@@ -26,23 +26,19 @@ STATIC_REFERENCES = {
         ("static-6", 0.9425, 17.00e6),
         ("static-7", 0.9420, 18.19e6),
         ("static-8", 0.9405, 20.55e6),
-    ),
-    "quick": (
+    )),
+    "quick": ("the task suite's static nets, hybrid, preset quick, seed 0 (docs/suite.md)", (
         ("static-1", 0.8538, 1.36e6),
         ("static-2", 0.9025, 5.27e6),
         ("static-3", 0.9103, 7.56e6),
         ("static-5", 0.9264, 13.46e6),
         ("static-6", 0.9181, 17.00e6),
         ("static-7", 0.9050, 18.19e6),
-    ),
+    )),
 }
-"""Preset: (net, test accuracy, mean MACs) of the static nets on hybrid, seed 0, each at the
-learning rate its validation chose: ``cpu-small`` the README's reproduction table, ``quick`` the
-task suite's (docs/suite.md)."""
-REFERENCE_SOURCES = {
-    "cpu-small": "README reproduction table, hybrid, preset cpu-small, seed 0",
-    "quick": "the task suite's static nets, hybrid, preset quick, seed 0 (docs/suite.md)",
-}
+"""Preset: (where the numbers come from, its static nets on hybrid as (net, test accuracy,
+mean MACs)), seed 0, each net at the learning rate its validation chose: ``cpu-small`` the
+README's reproduction table, ``quick`` the task suite's (docs/suite.md)."""
 SOURCE_NAMES = {"mnist": "digits", "cifar": "CIFAR"}
 
 
@@ -132,7 +128,7 @@ def summary_text(metrics: dict, static: list[tuple[str, float, float]] | None = 
         static = static_beside(metrics)
     hybrid = isinstance(metrics.get("dataset"), dict) and metrics["dataset"].get("name") == "hybrid"
     if not static and hybrid and config["preset"] in STATIC_REFERENCES:
-        static, source = STATIC_REFERENCES[config["preset"]], REFERENCE_SOURCES[config["preset"]]
+        source, static = STATIC_REFERENCES[config["preset"]]
     for evaluation in metrics["test"]:
         label = evaluation.get("label") or (f"k_cpt {evaluation['k_cpt']:g}" if evaluation.get("k_cpt") is not None else "")
         lines.append(
