@@ -3,12 +3,18 @@ validation, for the paper's learners and the SB3 agents alike (routing_rl.traini
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
+import pty
 import re
+import select
+import struct
 import subprocess
 import sys
+import termios
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -69,6 +75,50 @@ def test_the_interval_comes_from_the_environment(monkeypatch):
         monkeypatch.setenv(PROGRESS_SECONDS_ENV, bad)
         with pytest.raises(ValueError, match=f"must be a positive number of seconds, got '{bad}'"):
             progress_seconds()
+
+
+@contextmanager
+def pseudo_terminal(columns: int, lines: int):
+    """A pseudo-terminal that reports ``columns`` x ``lines`` (as ``script`` and some notebook
+    shells report 0 x 0): yields the stream to write to and a function returning what it showed."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+    stream = os.fdopen(follower, "w")
+
+    def shown() -> str:
+        stream.flush()
+        found = b""
+        while select.select([leader], [], [], 0.2)[0]:
+            found += os.read(leader, 65536)
+        return found.decode(errors="replace").replace("\r\n", "\n")
+
+    try:
+        yield stream, shown
+    finally:
+        stream.close()
+        os.close(leader)
+
+
+@pytest.mark.parametrize("columns, lines", [(0, 0), (0, 24), (80, 0)])
+def test_a_terminal_reporting_no_size_gets_the_line_records(columns, lines):
+    with pseudo_terminal(columns, lines) as (stream, shown):
+        assert stream.isatty() and tuple(os.get_terminal_size(stream.fileno())) == (columns, lines)
+        progress = Progress(total=4, description="actor chain", interval=0, stream=stream)
+        for _ in range(4):
+            progress.update(1, 16, loss=1.5)
+        progress.validated(0.75, 4)
+        progress.close()
+        found = records(shown())
+    assert [m["iteration"] for m in found] == ["1", "2", "3", "4", "4"] and found[-1]["val"] == "75.00"
+
+
+def test_a_terminal_of_ordinary_size_gets_the_bar():
+    with pseudo_terminal(80, 24) as (stream, shown):
+        progress = Progress(total=4, description="actor chain", interval=0, stream=stream)
+        progress.update(4, 64, loss=1.5)
+        progress.close()
+        text = shown()
+    assert "actor chain: 100%" in text and "4/4" in text and not records(text)
 
 
 @pytest.fixture(scope="module")

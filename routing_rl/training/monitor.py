@@ -6,7 +6,8 @@ examples/s, lr, tau or epsilon), ``routing/`` (fraction of examples at each leaf
 score histograms) and ``figures/`` (node-link diagrams).
 
 Progress (:class:`Progress`, for the paper's learners and the SB3 agents alike) is a tqdm bar
-on a terminal; where stderr is not one (``nohup``, CI, a notebook's log) it is one line every
+on a terminal; where stderr is not one (``nohup``, CI, a notebook's log), or is one too small for
+a bar (``script`` and some notebook shells report 0 columns), it is one line every
 ``$ROUTING_RL_PROGRESS_SECONDS`` seconds of wall time (default 30) and after each validation::
 
     progress actor chain | iteration 240/1200 (20%) | 1,210 images/s | loss 1.052 | val accuracy 88.40% (iteration 200) | elapsed 25s | ETA 1m41s
@@ -64,6 +65,24 @@ def progress_seconds() -> float:
     return seconds
 
 
+MIN_BAR_COLUMNS, MIN_BAR_LINES = 2, 3
+"""The smallest terminal tqdm draws a bar on: below it (a pseudo-terminal reporting 0 columns or
+0 lines) tqdm silently draws nothing, so the run prints line records instead."""
+
+
+def draws_a_bar(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal that tqdm can draw a bar on: one that says it is a
+    terminal and reports at least :data:`MIN_BAR_COLUMNS` x :data:`MIN_BAR_LINES` (or no size at
+    all, where tqdm uses its own defaults)."""
+    if not stream.isatty():
+        return False
+    try:  # the size tqdm itself reads (dynamic_ncols)
+        columns, lines = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return True
+    return columns >= MIN_BAR_COLUMNS and lines >= MIN_BAR_LINES
+
+
 def duration(seconds: float) -> str:
     """``seconds`` as ``42s``, ``3m07s`` or ``2h05m``."""
     seconds = round(seconds)
@@ -77,7 +96,7 @@ def duration(seconds: float) -> str:
 class Progress:
     """Progress of training over ``total`` iterations, from ``initial`` (a resumed run).
 
-    On a terminal, a tqdm bar. Elsewhere, one line on ``stream`` every ``interval`` seconds of
+    On a terminal (:func:`draws_a_bar`), a tqdm bar. Elsewhere, one line on ``stream`` every ``interval`` seconds of
     wall time (None: :func:`progress_seconds`) and after each validation: the description,
     iteration/total, images per second since the previous line, the latest loss, the latest
     validation accuracy and the iteration it was measured at, elapsed time and ETA (the
@@ -90,7 +109,7 @@ class Progress:
     def __init__(self, total: int, initial: int = 0, description: str = "train", interval: float | None = None,
                  stream: TextIO | None = None):
         self.stream = sys.stderr if stream is None else stream
-        self.terminal = self.stream.isatty()
+        self.terminal = draws_a_bar(self.stream)
         self.interval = progress_seconds() if interval is None else interval
         self.bar = tqdm(total=total, initial=initial, desc=description, unit="it", dynamic_ncols=True,
                         file=self.stream, disable=not self.terminal)
