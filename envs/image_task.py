@@ -12,12 +12,16 @@ import torch
 
 from routing_rl.core.graph import RoutedNet
 from routing_rl.data import DATASETS, RoutingDataset, augment, load_dataset
+from routing_rl.data.cache import default_cache_dir
 from routing_rl.envs.task import RoutingTask
+from routing_rl.nets import resnet
 from routing_rl.nets.multiscale import arch_names, build
 
 
 class ImageTask(RoutingTask):
-    """32×32 colour images through the paper's multiscale nets (``static-N``, ``chain``, ``tree``).
+    """32×32 colour images through the paper's multiscale nets (``static-N``, ``chain``, ``tree``) or
+    CIFAR ResNets with an exit after each stage (``resnetD-exits``; static ``resnetD``, ``resnetD-exitK``:
+    :mod:`routing_rl.nets.resnet`).
 
     Args:
         dataset: a name (``hybrid``, ``cifar10``, ``cifar2``, ``cifar5``, ``mnist``, or a hybrid
@@ -30,7 +34,7 @@ class ImageTask(RoutingTask):
     Training inputs are shifted and, for CIFAR images, flipped (the paper's augmentation).
     """
 
-    archs = tuple(arch_names())
+    archs = (*arch_names(), *resnet.arch_names())
 
     def __init__(self, dataset: str | RoutingDataset, data_dir: str | Path | None = None, download: bool = True):
         if not isinstance(dataset, (str, RoutingDataset)):
@@ -47,14 +51,23 @@ class ImageTask(RoutingTask):
             return self.dataset_arg
         return load_dataset(self.dataset_arg, data_dir=self.data_dir, download=self.download)
 
+    def data_fix(self, what: str) -> str:
+        if isinstance(self.dataset_arg, RoutingDataset):
+            return f"{what}: fix the RoutingDataset given as dataset="
+        return (f"{what}, and your data files decode to such data, so the copy decoded into the cache folder "
+                f"{default_cache_dir()} is damaged: delete its files and run again")
+
     def default_arch(self, agent: str | None) -> str:
         return "static-8" if agent == "static" else "chain"
 
     def static_archs(self) -> tuple[str, ...]:
-        """The paper's static nets: ``static-N``, the first N columns and one head."""
-        return tuple(arch for arch in self.archs if arch.startswith("static-"))
+        """The paper's static nets (``static-N``, the first N columns and one head) and the
+        ResNets' (the plain ``resnetD``, the prefix ``resnetD-exitK``)."""
+        return tuple(arch for arch in self.archs if arch.startswith("static-") or arch in resnet.static_arch_names())
 
     def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:
+        if arch in resnet.arch_names():
+            return resnet.build(arch, width, len(self.classes), k_cpt_input=k_cpt_input)
         return build(arch, width, len(self.classes), k_cpt_input=k_cpt_input)
 
     def augment(self, inputs: torch.Tensor, source: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

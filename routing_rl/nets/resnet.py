@@ -1,0 +1,139 @@
+"""CIFAR-style residual networks (He et al., 2016) as routed chains with early exits.
+
+ResNet-``D`` (``D = 6n + 2``: 20, 32, 56, ...) on 32×32 images: a 3×3 convolution to 16
+channels, then three stages of ``n`` basic blocks (two 3×3 convolutions with batch norm and a
+shortcut) at 16, 32 and 64 channels (× ``width``), the second and third stage halving the
+map's side in their first block, whose shortcut subsamples and pads the new channels with
+zeros (the paper's option A, no parameters). The net is cut into segments with an exit after
+each (:func:`~routing_rl.nets.exits.exit_chain`): by default after each stage, or every ``k``
+blocks (``exit_every=k``, as Shallow-Deep Networks place their internal classifiers).
+
+Arch names (:func:`build`): ``resnetD-exits`` (the routed chain, an exit after each stage);
+the static nets that are its paths (:func:`~routing_rl.core.graph.path_net`): ``resnetD``, the
+plain ResNet (its deepest exit's path), and ``resnetD-exitK``, the stages up to exit ``K``
+with that head. A static net's node names are the routed net's, so a trained plain
+``resnetD`` loads into ``resnetD-exits`` (:func:`~routing_rl.nets.frozen.load_backbone`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from routing_rl.core.graph import RoutedNet, path_net
+from routing_rl.nets.exits import exit_chain
+from routing_rl.nets.router import read_exit_confidence
+
+INPUT_SHAPE = (3, 32, 32)
+STAGE_CHANNELS = (16, 32, 64)
+DEPTHS = (20, 32, 56)
+"""The depths the image tasks offer by name; :func:`resnet` builds any ``6n + 2``."""
+ARCH = re.compile(r"resnet(\d+)(-exits|-exit(\d+))?")
+
+
+class BasicBlock(nn.Module):
+    """``relu(bn(conv(relu(bn(conv(x))))) + shortcut(x))``; the shortcut subsamples and
+    zero-pads channels when the block halves the side and widens the map."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_channels)
+        self.stride = stride
+        self.pad = out_channels - in_channels
+        for conv in (self.conv1, self.conv2):
+            nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+
+    def shortcut(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stride > 1:
+            x = x[:, :, :: self.stride, :: self.stride]
+        if self.pad:
+            x = F.pad(x, (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+def stem(channels: int) -> nn.Sequential:
+    """The first 3×3 convolution, batch norm and ReLU."""
+    conv = nn.Conv2d(INPUT_SHAPE[0], channels, 3, 1, 1, bias=False)
+    nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+    return nn.Sequential(conv, nn.BatchNorm2d(channels), nn.ReLU())
+
+
+def blocks_per_stage(depth: int) -> int:
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
+        raise ValueError(f"a CIFAR ResNet has depth 6n + 2 (20, 32, 44, 56, 110, ...), got {depth!r}")
+    return (depth - 2) // 6
+
+
+def channels_at(width: float) -> list[int]:
+    """Each stage's channels at ``width`` (a positive multiplier; fractions make tiny nets)."""
+    if isinstance(width, bool) or not isinstance(width, (int, float)) or not width > 0:
+        raise ValueError(f"width must be a positive channel multiplier (1 = 16/32/64 channels), got {width!r}")
+    return [max(1, round(c * width)) for c in STAGE_CHANNELS]
+
+
+def resnet(depth: int = 20, width: float = 1, classes: int = 10, exit_every: int | None = None,
+           k_cpt_input: bool = False) -> RoutedNet:
+    """ResNet-``depth`` as a chain with an exit after each stage, or after every
+    ``exit_every`` blocks (the last segment takes what is left, and always ends in an exit).
+    Nodes ``seg1..segM`` (the first holds the stem), heads ``exit1..exitM``."""
+    n = blocks_per_stage(depth)
+    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
+        raise ValueError(f"classes must be an integer >= 2, got {classes!r}")
+    if exit_every is not None and (isinstance(exit_every, bool) or not isinstance(exit_every, int)
+                                   or not 1 <= exit_every <= 3 * n):
+        raise ValueError(f"exit_every is a number of blocks between exits, 1 to {3 * n} for ResNet-{depth}, "
+                         f"got {exit_every!r}")
+    channels = channels_at(width)
+    blocks: list[tuple[nn.Module, int]] = []
+    previous = channels[0]
+    for stage, out in enumerate(channels):
+        for b in range(n):
+            blocks.append((BasicBlock(previous, out, 2 if stage > 0 and b == 0 else 1), out))
+            previous = out
+    every = exit_every or n
+    groups = [blocks[i : i + every] for i in range(0, len(blocks), every)]
+    segments = []
+    for i, group in enumerate(groups):
+        layers = ([stem(channels[0])] if i == 0 else []) + [block for block, _ in group]
+        segments.append((nn.Sequential(*layers), group[-1][1]))
+    return exit_chain(segments, classes, INPUT_SHAPE, k_cpt_input=k_cpt_input)
+
+
+def arch_names() -> list[str]:
+    """Every ResNet arch the image tasks offer: the routed chains, then their static paths."""
+    return [f"resnet{d}-exits" for d in DEPTHS] + static_arch_names()
+
+
+def static_arch_names() -> list[str]:
+    """``resnetD`` (the plain net) and ``resnetD-exitK`` (K = 1, 2) for each offered depth."""
+    return [name for d in DEPTHS for name in (f"resnet{d}", f"resnet{d}-exit1", f"resnet{d}-exit2")]
+
+
+def build(arch: str, width: float = 1, classes: int = 10, k_cpt_input: bool = False,
+          exit_confidence: bool = False) -> RoutedNet:
+    """A ResNet by arch name (module docstring): ``resnetD-exits``, ``resnetD`` or ``resnetD-exitK``."""
+    match = ARCH.fullmatch(arch)
+    if match is None:
+        raise ValueError(f"unknown ResNet arch {arch!r}; choose resnetD-exits, resnetD or resnetD-exitK "
+                         f"(D = 6n + 2, e.g. {', '.join(arch_names()[:3])})")
+    depth = int(match.group(1))
+    if match.group(2) == "-exits":
+        net = resnet(depth, width, classes, k_cpt_input=k_cpt_input)
+        return read_exit_confidence(net) if exit_confidence else net
+    if k_cpt_input or exit_confidence:
+        raise ValueError(f"{arch} is a static net without routers; drop k_cpt_input and exit_confidence")
+    routed = resnet(depth, width, classes)
+    leaf = routed.leaves[-1] if match.group(3) is None else f"exit{match.group(3)}"
+    if leaf not in routed.leaves:
+        raise ValueError(f"{arch}: ResNet-{depth} has exits {', '.join(routed.leaves)}")
+    return path_net(routed, leaf)

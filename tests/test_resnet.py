@@ -1,0 +1,131 @@
+"""CIFAR ResNets with early exits: their shape, MACs, static paths, and every learner through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from routing_rl.app.cli import main
+from routing_rl.app.runs import load_run
+from routing_rl.core.execution import dynamic
+from routing_rl.envs.image_task import ImageTask
+from routing_rl.nets import resnet
+from routing_rl.training.evaluate import evaluate
+from helpers import randomize_routers, varied_images
+
+
+def test_resnet20_macs_are_the_hand_count():
+    net = resnet.build("resnet20-exits")
+    conv = 32 * 32 * 9 * 16 * 16  # a 3×3 convolution of stage 1
+    assert net.macs["seg1"] == 32 * 32 * 9 * 3 * 16 + 6 * conv
+    # stage 2: its first convolution reads 16 channels at stride 2, the five others 32 channels on 16×16
+    assert net.macs["seg2"] == 16 * 16 * 9 * 16 * 32 + 5 * 16 * 16 * 9 * 32 * 32
+    assert net.macs["seg3"] == 8 * 8 * 9 * 32 * 64 + 5 * 8 * 8 * 9 * 64 * 64
+    assert [net.macs[f"exit{k}"] for k in (1, 2, 3)] == [16 * 10, 32 * 10, 64 * 10]
+    assert net.router_macs["seg1"] == 16 * 16 + 16 * 16 + 16 * 2 and net.router_macs["seg3"] == 0
+    plain = resnet.build("resnet20")
+    assert plain.leaf_path_macs == [net.macs["seg1"] + net.macs["seg2"] + net.macs["seg3"] + 640] == [40_551_040]
+    assert sum(p.numel() for p in plain.parameters()) == 269_722  # ResNet-20's 0.27M
+
+
+@pytest.mark.parametrize("depth, blocks", [(20, 3), (32, 5), (56, 9)])
+def test_depths_have_three_stages_of_n_blocks_and_the_plain_net_is_the_deepest_path(depth, blocks):
+    net = resnet.build(f"resnet{depth}-exits", width=0.25)
+    assert net.leaves == ["exit1", "exit2", "exit3"] and net.junctions == ["seg1", "seg2"]
+    assert [len(net.nodes[f"seg{k}"].transform) for k in (1, 2, 3)] == [blocks + 1, blocks, blocks]
+    plain = resnet.build(f"resnet{depth}", width=0.25)
+    assert plain.leaves == ["exit3"] and not plain.junctions
+    assert set(plain.state_dict()) <= set(net.state_dict()), "a plain checkpoint's names are the routed net's"
+
+
+def test_static_paths_compute_what_the_routed_net_computes_at_that_exit():
+    routed = resnet.build("resnet20-exits", width=0.25).eval()
+    prefix = resnet.build("resnet20-exit2", width=0.25).eval()
+    prefix.load_state_dict({k: v for k, v in routed.state_dict().items() if k in prefix.state_dict()})
+    x = varied_images(3)
+    torch.testing.assert_close(prefix(x).logits["exit2"], routed(x).logits["exit2"])
+    assert prefix.leaf_path_macs[0] == routed.path_macs("exit2") - routed.router_macs["seg1"] - routed.router_macs["seg2"]
+
+
+def test_exit_every_k_blocks_puts_an_exit_after_every_k_and_the_rest_in_the_last_segment():
+    net = resnet.resnet(20, width=0.25, exit_every=2)  # 9 blocks: 2, 2, 2, 2, 1
+    assert net.leaves == [f"exit{k}" for k in range(1, 6)]
+    assert [len(net.nodes[f"seg{k}"].transform) for k in range(1, 6)] == [3, 2, 2, 2, 1]
+    assert net.leaf_path_macs[-1] == pytest.approx(resnet.resnet(20, width=0.25).leaf_path_macs[-1], rel=0.01)
+
+
+def test_routed_execution_matches_full_evaluation():
+    net = resnet.build("resnet32-exits", width=0.5, classes=3)
+    x = varied_images(16)
+    randomize_routers(net, x)
+    net.eval()
+    routed = dynamic(net, x)
+    assert len(set(routed.leaf.tolist())) > 1, "the randomised routers spread the batch"
+    full = net(x)
+    for i, leaf in enumerate(routed.leaf.tolist()):
+        torch.testing.assert_close(routed.logits[i], full.logits[net.leaves[leaf]][i], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch, words", [
+    ("resnet21-exits", r"depth 6n \+ 2"), ("resnet20-exit4", "has exits exit1, exit2, exit3"), ("resnet", "unknown ResNet arch"),
+])
+def test_bad_names_are_refused_with_the_fix(arch, words):
+    with pytest.raises(ValueError, match=words):
+        resnet.build(arch)
+
+
+def test_bad_widths_and_exit_spacing_are_refused():
+    with pytest.raises(ValueError, match="positive channel multiplier"):
+        resnet.resnet(20, width=0)
+    with pytest.raises(ValueError, match="1 to 9 for ResNet-20"):
+        resnet.resnet(20, exit_every=10)
+    with pytest.raises(ValueError, match="static net without routers"):
+        resnet.build("resnet20", k_cpt_input=True)
+
+
+def test_the_image_tasks_offer_the_resnets_and_their_static_paths():
+    task = ImageTask("hybrid")
+    assert {"resnet20-exits", "resnet32-exits", "resnet56-exits"} <= set(task.archs)
+    assert {"resnet20", "resnet20-exit1", "resnet56-exit2"} <= set(task.static_archs())
+    assert "resnet20-exits" not in task.static_archs()
+    net = task.make_net("resnet20-exits", seed=1, exit_confidence=True)
+    assert net.exit_confidence and net.nodes["seg1"].router.layers[0].in_features == 16 + 1
+
+
+LEARNERS = {
+    "static": ["--agent", "static", "--arch", "resnet20"],
+    "actor": ["--agent", "actor"],
+    "pragmatic-critic": ["--agent", "pragmatic-critic", "--policy", "eps-greedy", "--execution", "sampled"],
+    "optimistic-critic": ["--agent", "optimistic-critic", "--execution", "full"],
+    "threshold": ["--agent", "threshold"],
+    "dqn": ["--agent", "dqn", "--n-envs", "8", "--iterations", "3", "--eval-every", "2"],
+}
+"""One of each kind of learner; DQN (through SB3, about 20 s here) in the slow suite."""
+
+
+@pytest.fixture
+def cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path_factory.getbasetemp() / "resnet-cache"))
+
+
+@pytest.mark.parametrize("learner", [pytest.param(name, marks=(pytest.mark.slow,) if name == "dqn" else ()) for name in LEARNERS])
+def test_every_learner_trains_resnet20_exits_on_an_image_task(learner, tiny_data, tmp_path, capsys, cache):
+    logdir = tmp_path / "runs"
+    args = ["--env", "routing_rl/CIFAR10Routing-v0", "--arch", "resnet20-exits", "--k-cpt", "4e-9", "--preset", "smoke",
+            "--iterations", "2", "--batch-size", "8", "--eval-every", "1", "--eval-examples", "8",
+            "--validation-fraction", "0.4", "--data-dir", str(tiny_data), "--download", "false", "--device", "cpu",
+            "--logdir", str(logdir), "--run-name", "run", "--json", *LEARNERS[learner]]
+    assert main(args) == 0
+    capsys.readouterr()
+    metrics = json.loads((logdir / "run" / "metrics.json").read_text())
+    assert 0 <= metrics["test_accuracy"] <= 1
+    config, task, net = load_run(logdir / "run")
+    if learner == "static":
+        assert config.arch == "resnet20" and net.leaves == ["exit3"] and not net.junctions
+    else:
+        assert config.arch == "resnet20-exits" and net.leaves == ["exit1", "exit2", "exit3"]
+        assert list(metrics["test"][0]["heads_alone"]) == ["exit1", "exit2", "exit3"]
+    again = evaluate(net, task.dataset().test, config.k_cpt, classes=task.classes, sources=task.sources, task=task)
+    assert 0 <= again["accuracy"] <= 1 and again["mean_macs"] <= net.leaf_path_macs[-1]
