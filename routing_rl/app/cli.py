@@ -33,7 +33,9 @@ HELP = {
     "policy": "training routing policy: " + ", ".join(POLICIES) + " (default: the agent's own)",
     "env": "routing task id: a routing_rl/ id, or PKG.MODULE:TaskId-v0 for a task your package registers (docs/plugins.md)",
     "dataset": "dataset of the image envs: " + ", ".join(DATASETS) + " (the hybrid-* are the task suite's variants); default: the env's",
-    "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent; a plug-in task names its own, and "
+    "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent; on the image tasks also CIFAR ResNets "
+            "with an exit after each stage, resnet20-exits, resnet32-exits, resnet56-exits, and for the static agent the "
+            "plain resnetD and its prefixes resnetD-exit1, resnetD-exit2 (docs/own-network.md); a plug-in task names its own, and "
             "static-LEAF for the static agent (default: the task's: chain, static-8 for the static agent; a plug-in's "
             "first arch, its deepest static-LEAF for the static agent)",
     "width": "channel multiplier of every column",
