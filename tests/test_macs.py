@@ -60,3 +60,23 @@ def test_counter_removes_its_hooks():
 def test_layer_macs_rejects_unknown_layers():
     with pytest.raises(TypeError, match="no MAC rule"):
         layer_macs(nn.ReLU(), torch.zeros(1, 2))
+
+
+def test_transposed_convolutions_spread_every_input_element_over_a_kernel_of_each_output_channel():
+    conv = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+    assert count(conv, torch.zeros(2, 4, 5, 5)) == 4 * 25 * 9 * 3
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_attention_counts_its_projections_scores_and_weighted_sum(batch_first):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    attention = nn.MultiheadAttention(8, 2, batch_first=batch_first, kdim=6, vdim=4)
+    shape = (lambda length, features: (3, length, features)) if batch_first else (lambda length, features: (length, 3, features))
+    query, key, value = torch.randn(shape(5, 8)), torch.randn(shape(7, 6)), torch.randn(shape(7, 4))
+    expected = 5 * 8 * 8 + 7 * (6 + 4) * 8 + 5 * 8 * 8 + 2 * 5 * 7 * 8
+    with MacCounter(attention) as counter:
+        attention(query, key, value)
+    with FlopCounterMode(display=False) as flops:  # need_weights: the matmul path, which FlopCounterMode counts
+        attention(query, key, value, need_weights=True)
+    assert counter.macs == expected == flops.get_total_flops() // 2 // 3

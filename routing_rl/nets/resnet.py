@@ -12,7 +12,7 @@ Arch names (:func:`build`): ``resnetD-exits`` (the routed chain, an exit after e
 the static nets that are its paths (:func:`~routing_rl.core.graph.path_net`): ``resnetD``, the
 plain ResNet (its deepest exit's path), and ``resnetD-exitK``, the stages up to exit ``K``
 with that head. A static net's node names are the routed net's, so a trained plain
-``resnetD`` loads into ``resnetD-exits`` (:func:`~routing_rl.nets.frozen.load_backbone`).
+``resnetD`` loads into ``resnetD-exits`` (:func:`~routing_rl.nets.routable.load_backbone`).
 """
 
 from __future__ import annotations
