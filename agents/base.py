@@ -25,6 +25,7 @@ from routing_rl.data import Split
 from routing_rl.core.execution import Decide, argmax_decide
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel, KCpt
+from routing_rl.core.seeds import seeded_generator
 from routing_rl.training.distributed import Distributed, synchronise_batch_norm
 from routing_rl.training.sgd import RoutedSGD, SGDOptions, scalars
 
@@ -111,7 +112,7 @@ class SGDLearner(Learner):
         super().__init__(net, config, device, cost)
         self.sgd = RoutedSGD(net, SGDOptions.from_config(config), regularise_routers)
         # seed + 2: the trainer's batch sampler and augmentation use seed and seed + 1
-        self.generator = torch.Generator(device=device).manual_seed(config.seed + 2)
+        self.generator = seeded_generator(config.seed + 2, device)
         self.dtype = self.sgd.dtype
         self.leaf_macs = net.leaf_macs.to(self.dtype)
         self.leaf_cost = self.cost.leaf_cost(self.leaf_macs)

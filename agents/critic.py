@@ -209,6 +209,7 @@ from routing_rl.core.execution import RoutedOutput, argmax_decide, route
 from routing_rl.core.graph import FullOutput, RoutedNet
 from routing_rl.core.k_cpt import CostModel, c_cpt, expected_c_cpt
 from routing_rl.core.policies import sample, sample_with
+from routing_rl.core.seeds import seeded_generator
 from routing_rl.training.batchnorm import recalibrate
 from routing_rl.training.episodes import frame_examples
 
@@ -417,7 +418,7 @@ class CriticLearner(SGDLearner):
         that only the picked copy is held while the statistics are recomputed)."""
         train = frame_examples(self.net, self.task, train, argmax_decide, self.eval_k_cpts()[0], CALIBRATION_IMAGES,
                                self.config.seed)
-        generator = torch.Generator().manual_seed(self.config.seed)
+        generator = seeded_generator(self.config.seed)
         pick = torch.randperm(len(train), generator=generator)[:CALIBRATION_IMAGES]
         return train.images[pick.to(train.images.device)].to(self.device)
 

@@ -135,6 +135,7 @@ from stable_baselines3.common.vec_env import VecMonitor
 from routing_rl.training.config import SB3_AGENTS, TrainConfig
 from routing_rl.core.files import atomic_write
 from routing_rl.core.k_cpt import CostModel, eval_values
+from routing_rl.core.seeds import manual_seed
 from routing_rl.training.checkpoint import CheckpointError
 from routing_rl.training.guard import NonFiniteLossError, diverged
 from routing_rl.training.interrupt import Interrupted, stop_between_steps
@@ -609,7 +610,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     if config.agent not in SB3_AGENTS:
         raise ValueError(f"train_sb3 trains {', '.join(SB3_AGENTS)}, not {config.agent!r}")
     run_dir = Path(run_dir)
-    torch.manual_seed(config.seed)
+    manual_seed(config.seed)
     train_part, validation = splits if splits is not None else training_splits(config, task.dataset())[:2]
     n_envs = config.n_envs
     # the agent reads k_cpt, not the routers; with exit_confidence its observations carry each exit's confidence

@@ -42,6 +42,7 @@ import torch
 from routing_rl.core import devices
 from routing_rl.core.files import atomic_write_text, remove_stale_temporaries
 from routing_rl.core.lock import FolderLock, LockedError, describe, live_owner
+from routing_rl.core.seeds import manual_seed
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
 from routing_rl.training.footprint import check_fits
@@ -376,7 +377,7 @@ def check_fits_all(config: TrainConfig, task: RoutingTask, device: torch.device,
 
 def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Path | None,
            distributed: Distributed | None, overwrite: bool, held: contextlib.ExitStack) -> dict:
-    torch.manual_seed(config.seed)
+    manual_seed(config.seed)
     task = task_for(config)
     from routing_rl.agents.registry import build_net
 

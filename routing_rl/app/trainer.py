@@ -33,6 +33,7 @@ import torch
 
 from routing_rl.agents.base import Learner
 from routing_rl.core.policies import halving
+from routing_rl.core.seeds import seeded_generator
 from routing_rl.training.config import TrainConfig
 from routing_rl.training.distributed import Distributed
 from routing_rl.data import Split
@@ -59,7 +60,7 @@ class BatchSampler:
         if n < 1:
             raise ValueError("the training split is empty")
         self.n, self.batch_size = n, batch_size
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = seeded_generator(seed)
         self.order = torch.randperm(n, generator=self.generator)
         self.position = 0
 
@@ -163,7 +164,7 @@ def fit(
         sampler = EpisodeSampler(task, train, config.batch_size, config.seed)
     else:
         sampler = BatchSampler(len(train), config.batch_size, config.seed)
-    augment_generator = torch.Generator(device=device).manual_seed(config.seed + 1)
+    augment_generator = seeded_generator(config.seed + 1, device)
     state = TrainingState()
     if resume is not None:
         learner.load_state_dict(resume["learner"])

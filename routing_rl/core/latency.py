@@ -25,6 +25,7 @@ import torch
 
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel
+from routing_rl.core.seeds import seeded_generator
 
 UNIT = "MAC-equivalents"
 
@@ -45,7 +46,7 @@ def profile_latency(net: RoutedNet, batch_size: int, warmup: int = 3, repeats: i
         raise ValueError(f"need warmup >= 0 and repeats >= 1, got {warmup} and {repeats}")
     device = net.leaf_macs.device
     dtype = next(net.parameters()).dtype
-    generator = torch.Generator().manual_seed(seed)
+    generator = seeded_generator(seed)
     x = torch.rand(batch_size, *net.input_shape, generator=generator).to(device=device, dtype=dtype)
     k_cpt = torch.zeros(batch_size, dtype=dtype, device=device) if net.k_cpt_input else None
     was_training = net.training

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from routing_rl.core.seeds import seeded_generator
 from routing_rl.data.mapped import take_rows
 
 SOURCES = ("mnist", "cifar")
@@ -65,7 +66,7 @@ def stratified_indices(
     leaves out); both index lists sorted ascending."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be in [0, 1], got {fraction}")
-    generator = torch.Generator().manual_seed(seed)
+    generator = seeded_generator(seed)
     labels = labels.cpu()
     picked = []
     for c in torch.unique(labels).tolist():

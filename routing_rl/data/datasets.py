@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from routing_rl.core.seeds import seeded_generator
 from routing_rl.data import cache, sources
 from routing_rl.data.containers import CIFAR_SOURCE, MNIST_SOURCE, SOURCES, RoutingDataset, Split
 from routing_rl.data.layouts import CIFAR10_CLASSES, MNIST_CLASSES
@@ -141,7 +142,7 @@ def _cifar_entry(raw: dict) -> dict:
 def _hybrid_cifar_indices(labels: torch.Tensor, names: tuple[str, ...], per_class: int | None,
                           seed: int) -> torch.Tensor:
     """Indices of the CIFAR classes ``names``; at most ``per_class`` of each (seeded choice)."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = seeded_generator(seed)
     chosen = []
     for name in names:
         idx = torch.nonzero(labels == CIFAR10_CLASSES.index(name)).flatten()
@@ -198,8 +199,8 @@ def _test_sizes(spec: HybridSpec, digits: int, train_ratio: float, available: in
 
 
 def _hybrid_entry(mnist: dict, cifar: dict, spec: HybridSpec) -> dict:
-    generator = torch.Generator().manual_seed(RECOLOUR_SEED)
-    variant = torch.Generator().manual_seed(VARIANT_SEED)  # drawn from by the variants only
+    generator = seeded_generator(RECOLOUR_SEED)
+    variant = seeded_generator(VARIANT_SEED)  # drawn from by the variants only
     digit_label = torch.full((len(MNIST_CLASSES),), -1, dtype=torch.long)
     digit_label[list(spec.digits)] = torch.arange(len(spec.digits))
     cifar_label = torch.tensor([

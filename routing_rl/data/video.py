@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from routing_rl.core.seeds import seeded_generator
 from routing_rl.data.containers import Split
 from routing_rl.data.mapped import take_rows
 
@@ -157,7 +158,7 @@ def make_clips(split: Split, clips: int, config: ClipConfig = ClipConfig(), seed
         raise ValueError("the split has no images to make clips of")
     if tuple(split.images.shape[1:]) != (3, FRAME_SIDE, FRAME_SIDE):
         raise ValueError(f"clips are made of (3, {FRAME_SIDE}, {FRAME_SIDE}) images, got {tuple(split.images.shape[1:])}")
-    generator = torch.Generator(device=split.images.device).manual_seed(seed)
+    generator = seeded_generator(seed, split.images.device)
     # rendered a chunk at a time, so that the intermediate images stay small
     chunks = [_render(split, min(CHUNK, clips - start), config, generator) for start in range(0, clips, CHUNK)]
     if len(chunks) == 1:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 
 from routing_rl.core.graph import RoutedNet
+from routing_rl.core.seeds import manual_seed
 
 
 def seeded_net(build: Callable[[], RoutedNet], seed: int, device: str | torch.device = "cpu") -> RoutedNet:
@@ -22,7 +23,7 @@ def seeded_net(build: Callable[[], RoutedNet], seed: int, device: str | torch.de
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"a net's seed must be an integer >= 0, got {seed!r}")
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        manual_seed(seed)
         net = build()
     if not isinstance(net, RoutedNet):
         raise TypeError(f"a net builder must return a RoutedNet, got {type(net).__name__}")

@@ -101,7 +101,7 @@ RUN_NAME_HINT = "one folder name: not empty, '.' or '..', without / or \\"
 NAME_BYTES = 255
 """The longest file name (in UTF-8 bytes) common filesystems allow (ext4, XFS, APFS, NTFS)."""
 MAX_SEED = 2**63 - 1
-"""Seeds go to ``torch.manual_seed``, which keeps 64 bits: seed 2⁶³ + s would alias seed s's run."""
+"""The largest seed (an int64); every generator is seeded from all of its bits (:mod:`routing_rl.core.seeds`)."""
 SB3_MAX_SEED = 2**32 - 2
 """SB3 seeds NumPy's legacy generator (32-bit seeds), the eval env with ``seed + 1``."""
 FLOAT32_MAX = 3.4028234663852886e38

@@ -26,6 +26,7 @@ import torch
 
 from routing_rl.core.execution import Decide, argmax_decide, dynamic, route
 from routing_rl.core.graph import RoutedNet
+from routing_rl.core.seeds import seeded_generator
 from routing_rl.data import Split
 
 
@@ -103,7 +104,7 @@ def frame_examples(net: RoutedNet, task, split: Split, policy: FramePolicy | Dec
         raise ValueError("the frames of a split of sequences are routed with the task's memory; pass task=")
     clips = len(split) if limit is None else min(len(split), max(1, limit // split.frames))
     if clips < len(split):
-        split = split.subset(torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:clips])
+        split = split.subset(torch.randperm(len(split), generator=seeded_generator(seed))[:clips])
     played = run_episodes(net, task, split, policy, k_cpt, keep_inputs=True)
     return Split(played.inputs.flatten(0, 1), split.labels.flatten().cpu(), split.source.flatten().cpu())
 
@@ -140,7 +141,7 @@ class EpisodeSampler:
         if len(split) == 0:
             raise ValueError("the training split has no clips")
         self.task, self.split, self.batch_size = task, split, batch_size
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = seeded_generator(seed)
         self.clip = torch.randint(len(split), (batch_size,), generator=self.generator)
         self.frame = torch.randint(split.frames, (batch_size,), generator=self.generator)
         self.memory: torch.Tensor | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from routing_rl.core.seeds import seeded_generator
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.training.config import TrainConfig
 
@@ -24,7 +25,7 @@ def training_splits(config: TrainConfig, dataset: RoutingDataset) -> tuple[Split
             f"a validation fraction of {config.validation_fraction} leaves {len(rest)} training and "
             f"{len(picked)} validation examples of {dataset.name}; change --validation-fraction"
         )
-    generator = torch.Generator().manual_seed(config.seed)
+    generator = seeded_generator(config.seed)
     picked = picked[torch.randperm(len(picked), generator=generator)]
     order = torch.randperm(len(dataset.test), generator=generator)
     return (dataset.train.subset(rest[: config.train_examples]), dataset.train.subset(picked[: config.eval_examples]),
