@@ -17,7 +17,7 @@ the policy does not send images:
 confidence threshold's all-heads loss plus the routed share). Why: in the paper's actor a head
 learns in proportion to the images routed to it, so a head the policy turns away from early
 stays weak, and a policy that commits while the heads are young keeps the features it had
-(docs/suite.md measures it).
+(measured: docs/results/suite.md, "The actor on all eight tasks").
 
 c_err may be the 0/1 error instead (``error_cost = zero_one``): the routers then learn the cost
 of inference the suite judges, and the heads, which a 0/1 error cannot teach, learn the same
@@ -27,7 +27,7 @@ of inference the suite judges, and the heads, which a 0/1 error cannot teach, le
 
 Why: in nats a deeper head keeps paying for confidence on images a shallower one already gets
 right, so a router that learns cross-entropy buys columns the 0/1 judge does not count
-(docs/suite.md, "Keeping the actor exploring", measures it).
+(docs/results/suite.md, "Keeping the actor exploring", measures it).
 Regularisation (Section 4.4) adds
 
 * c_mod = k_L2 · Σ_nodes p̄_node Σ w² (see :mod:`routing_rl.training.sgd`), with p̄ a constant

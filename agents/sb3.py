@@ -17,81 +17,44 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
   heads learn: the env's joint training runs on the full tree (``--execution full``; see
   :mod:`~routing_rl.envs.joint`) with every head's cross-entropy weighing 1 on every image
   (``--uniform-weight 1``) at lr 0.02 (``JOINT_LR``): the multi-exit net the confidence
-  threshold trains, at the rate its validation chose on hybrid, hybrid-swap and
-  hybrid-hard-digits. Chosen across the task suite (``docs/suite.md``, "DQN: the env trains
-  its net as the threshold does"): the earlier weighting by the agent's own paths (0.75 on
-  the reached head, 0.25/8 on each, lr 0.1, found on hybrid) fed back on itself — heads the
-  agent avoided stopped learning, so it kept avoiding them — and left DQN 16 and 22 points
-  under the static frontier on hard-digits and swap (``quick``, seed 0, k_cpt 4e-9); with
-  every head alike at lr 0.02 the same runs reach 77.97% (+10.28) and 82.34% (+2.67), routing
-  the hard digits deep and CIFAR early. The agent's weighting at lr 0.02 (-23.72 points on
-  swap), or each head at 1/8 of the loss at lr 0.1 (-12.17), did not do it.
+  threshold trains, at the rate its validation chose. Weighing heads by the agent's own paths
+  feeds back on itself: heads the agent avoids stop learning, so it keeps avoiding them.
 * ``side_heads`` (DQN, on by default): the env also reports, for every junction a path went
   on from, the exit it did not take with the reward that exit would have earned (its head
   is a linear layer on features the path computed anyway), and DQN replays those terminal
-  transitions beside its own (:class:`RoutingDQN`), as the sampled critics' side heads
-  observe every exit on their paths. Without them DQN learns the value of exiting at a deep
-  junction only from the few ε-random exits there, and its estimates stay as pessimistic as
-  the heads were when those few transitions were stored.
+  transitions beside its own (:class:`RoutingDQN`). Without them DQN learns the value of a
+  deep exit only from its few ε-random exits there, and stays pessimistic about going deep.
 * The budget is the one every learner has: ``iterations`` optimiser steps of the feature
   network, each on ``batch_size`` finished episodes — ``iterations × batch_size`` training
   images, whatever the number of environment steps (transitions) their paths take.
   ``learn()`` stops when it is spent (:class:`~routing_rl.agents.sb3_callbacks.ImageBudget`);
-  SB3's schedules (exploration, learning rates) run on the same clock, the fraction of it
-  spent; ``eval_every`` and ``checkpoint_every`` count iterations; TensorBoard's step axis
-  is the iteration, as for the paper's learners.
+  SB3's schedules, ``eval_every``, ``checkpoint_every`` and TensorBoard's step axis run on
+  that clock, as for the paper's learners.
 * ``batch_size``, ``lr``, ``lr_half_life``, ``momentum``, ``k_l2``, ``talr`` configure joint
   training (:class:`~routing_rl.envs.JointTraining`); ``gamma = 1``: the undiscounted return
   of an episode is exactly ``-c_inf``.
-* ``error_cost``: the c_err in the leaf's reward, cross-entropy by default (the paper's).
-  It is what DQN's MACs follow: in nats a deeper head keeps paying for confidence on images
-  the shallow one already gets right, so on hybrid DQN spent 9.7M / 8.5M MACs at k_cpt 4e-9 /
-  1.6e-8; with ``zero_one`` (the judge's error) 7.5M / 4.7M, cheaper per inference at both
-  prices (0.099 vs 0.108, 0.172 vs 0.208; ``quick``, seed 0). Over the eight suite tasks at
-  4e-9 it spends fewer MACs on seven, but its cost is lower on three (hybrid, hybrid-even,
-  hybrid-train-mix), equal on two and higher on three (swap, hard-digits, cifar5: where depth
-  pays for one source, a 0-or-1 reward gives DQN's regression less to learn from than the
-  leaf's cross-entropy). So the default stays cross-entropy (``docs/suite.md``, "Why DQN's
-  MACs hardly follow k_cpt").
+* ``error_cost``: the c_err in the leaf's reward, cross-entropy by default (the paper's):
+  ``zero_one``, the judge's error, makes DQN cheaper on some tasks, but where depth pays for
+  one source a 0-or-1 reward gives its regression less to learn from.
 * ``double_q`` (on for DQN; ``--double-q false`` for SB3's own targets): double Q-learning's
-  targets (:meth:`RoutingDQN.train`). With one-step max targets the upward bias of a max over
-  two close estimates is paid again at every junction a continue passes, so it grows with
-  depth: on cifar10 the one-step DQN sent 28% of the images to exits 7-8 and sat 1.33 points
-  under the static frontier (cost 0.378, its own exit 3 alone 0.364); with double-Q targets
-  3.5% went there and it sat on the frontier (−0.03, cost 0.354). Exits 6-8's share fell on
-  all five tasks measured (33 → 7% cifar10, 63 → 8% hard-digits, 20 → 5% swap). Paired runs on five
-  suite tasks (``quick``, seed 0, k_cpt 4e-9, one machine) cost 0.0075 less per inference on
-  average, lower on three (cifar10, hard-digits, hybrid), 0.002-0.003 higher on two (swap,
-  hybrid-even), and 0.006 / 0.012 / 0.034 less on hybrid / swap / hard-digits at k_cpt 1.6e-8.
-  At 4e-9 no paired run lies under the frontier by more than 0.5 point, where one-step missed
-  cifar10; on hybrid-hard-digits at 1.6e-8 both miss, one-step by more (−4.92 against −2.65;
-  neither net learned the hard digits). It also misses at 1.6e-8 on hybrid-even (−1.41), on a
-  second cifar10 seed (−0.92) and on one of three hard-digits seeds (−4.43); three seeds on
-  hybrid read +1.03 ± 0.55, on swap +1.70 ± 0.67 (``docs/suite.md``, "Double Q-learning: DQN's
-  targets").
-* ``exit_confidence`` (off by default): the observation also carries, after the junction's
-  descriptor, the log top softmax probability of each head among its sinks (the confidence
-  threshold's signal; :func:`~routing_rl.nets.router.read_exit_confidence`). With
-  ``error_cost="zero_one"`` the value of exiting is then the chance that head is wrong, which
-  that input estimates: on hybrid DQN cost 0.096 per inference against 0.112 for its default and
-  for the threshold, and reached the static frontier on hybrid-even and cifar10 (within 0.5
-  point), but fell 2 points under it on hybrid-hard-digits, where its heads are weak
-  (``quick``, seed 0; ``docs/suite.md``, "Routers that read their exits' confidence").
+  targets (:meth:`RoutingDQN.train`): a one-step max's upward bias is paid again at every
+  junction a continue passes, so it grows with depth and sends images deeper than they pay for.
+* ``exit_confidence`` (off by default): the observation also carries the log top softmax
+  probability of each head among the junction's sinks (the confidence threshold's signal;
+  :func:`~routing_rl.nets.router.read_exit_confidence`); where the heads are weak it routes worse.
 * ``n_envs`` examples in flight; ``sb3_kwargs``: keyword arguments for the SB3 algorithm over
-  :func:`sb3_kwargs`' choices for routing (documented there).
-* SB3's algorithms cannot mask actions, so the envs clip an action past a junction's last
-  sink to the last one (``clip_actions``); on the chain every junction has 2 sinks anyway.
+  :func:`sb3_kwargs`' choices for routing (documented there). SB3 cannot mask actions, so the
+  envs clip an action past a junction's last sink to the last one (``clip_actions``).
+
+The measurements behind these choices: ``docs/results/suite.md``, "The SB3 agents' settings".
 
 Saving: :class:`RoutingDQN` / :class:`RoutingPPO` / :class:`RoutingA2C` are SB3's classes
 whose zip also holds the feature network and its optimiser (``routed_net.pth``,
-``feature_trainer.pth``), so every checkpoint, ``best_model.zip`` and ``model.zip`` is a
-complete router + classifier. ``load_sb3(path)`` returns ``(model, net)``.
-
-Loading runs no code from the file. SB3's own ``load`` unpickles (cloudpickle) the spaces,
-schedules and classes it stored in the zip's ``data``; :func:`load_sb3` instead rebuilds the
-model from the plain-JSON ``routing`` settings saved beside them (agent, net, SB3 keyword
-arguments), loads the ``.pth`` state dicts with ``torch.load(weights_only=True)`` and
-restores the plain-number counters (:data:`RESTORED_COUNTERS`). Zips are written atomically.
+``feature_trainer.pth``), so every checkpoint is a complete router + classifier, written
+atomically. :func:`load_sb3` returns ``(model, net)`` without running code from the file:
+where SB3's own ``load`` unpickles the zip's ``data``, it rebuilds the model from the
+plain-JSON ``routing`` settings saved beside them, loads the ``.pth`` state dicts with
+``torch.load(weights_only=True)`` and restores the plain-number counters (:data:`RESTORED_COUNTERS`).
 """
 
 from __future__ import annotations

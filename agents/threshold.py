@@ -17,8 +17,8 @@ Beside the budgets, one point is fitted to the run's own k_cpt: starting from th
 whose validation cost (0/1 error + k_cpt × cost) is lowest, each head's threshold in turn is
 moved to the value among quantiles of its validation confidence that lowers that cost most,
 until a sweep changes nothing. The geometric fractions tie every head's exit share to one
-number ``q``; freeing them lowered the test cost by 0.005-0.013 on four suite tasks
-(docs/suite.md), so a learner compared with "the tuned threshold" is compared with this one too.
+number ``q``; freeing them lowers the test cost on the suite's tasks (``docs/results/suite.md``,
+"A stronger threshold"), so a learner compared with "the tuned threshold" is compared with this one too.
 
 Costs are counted by the shared evaluator, like every other learner: the MACs of the path to
 the exit, which includes the routers on the way (unused here) but not the earlier heads the

@@ -13,17 +13,11 @@ executions (``JointTraining.execution``):
   every head weighs 1 whatever the agent does, which is exactly how the confidence threshold
   trains its chain, at the threshold's validated learning rate (``JOINT_LR``, 0.02): the
   features do not depend on the agent's exploration. Why not weigh heads as the agent uses
-  them (``uniform_weight`` < 1; before the task suite each example's loss was 0.75 on the
-  reached head and 0.25/L on every head): the heads an agent avoids then stop learning, and
-  an agent that learns from poor heads avoids them — a loop. On hybrid-swap (``quick``, seed 0, DQN, k_cpt 4e-9) the agent sent
-  90% of the digits to exit 1 and exits 6-8 stayed at chance on digits (21%) while they
-  learned the photos (63-65%); it ended 21.55 points under the static frontier, with every
-  head weak (exit 2: 55%, the critic's 80%). Under a fixed random policy for 400 updates
-  the one-sample weights left every head at chance on the digits, the exact path
-  probabilities at 21-42%, where a static-2 net reads 52% at the same point: a loss spread
-  over eight heads by the agent's exploration learns the minority source slowly, and the
-  high-lr part of the schedule is spent before the agent commits. Costs one static-8 step
-  per image, as the actor's full tree does.
+  them (``uniform_weight`` < 1): the heads an agent avoids then stop learning, and an agent
+  that learns from poor heads avoids them — a loop; and a loss spread over the heads by the
+  agent's exploration learns a minority source slowly, while the high-lr part of the schedule
+  is spent before the agent commits (measured: ``docs/results/suite.md``, "Why the env weighs
+  every head alike"). Costs one static-8 step per image, as the actor's full tree does.
 * ``sampled`` — the recorded paths replayed with :func:`routing_rl.core.execution.route` (a
   ``decide`` that returns the recorded sinks): each node learns from the examples the agent
   sent there, as in the paper's sampled-decision training.

@@ -4,9 +4,9 @@
     python experiments/train_agent.py --agent=critic --policy=eps-greedy
     python experiments/train_agent.py --agent=static --arch=static-3 --preset=cpu-small
     python experiments/train_agent.py --resume runs/actor-chain-20261126-101500
-    torchrun --nproc_per_node=8 experiments/train_agent.py --agent=critic   # data parallel, see the README
+    torchrun --nproc_per_node=8 experiments/train_agent.py --agent=critic   # data parallel: docs/training.md
 
-Watch it with ``tensorboard --logdir runs``. See ``--help`` for every flag.
+Watch it with ``tensorboard --logdir runs``. See ``--help`` or docs/flags.md for every flag.
 Ctrl-C or SIGTERM at any moment, the imports included, ends it with one line (exit 130 / 143).
 """
 

@@ -1,5 +1,6 @@
 """The docs site (mkdocs.yml) builds with --strict: every page and every docstring of the
-API reference renders without a warning, and Home is the README."""
+API reference renders without a warning, Home is the README and the changelog page is the
+CHANGELOG, and the flag reference and the results are in the navigation."""
 
 import importlib.util
 import os
@@ -28,8 +29,13 @@ def test_the_site_builds_strictly(tmp_path):
     readme_title = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("# "))
     assert readme_title[2:] in home and "Quick start" in home, "Home is the README"
     assert 'href="plugins/"' in home, "the README's link to docs/plugins.md points at the site's page"
-    for page in ("plugins", "architecture"):
+    assert 'href="changelog/"' in home, "the README's link to CHANGELOG.md points at the site's page (docs/hooks/root_links.py)"
+    for page in ("plugins", "architecture", "flags", "changelog", "results", "results/suite", "results/speed"):
         assert (site / page / "index.html").is_file(), page
+    for nav_link in ('href="flags/"', 'href="results/"', 'href="results/suite/"', 'href="changelog/"'):
+        assert nav_link in home, f"{nav_link} is in the navigation"
+    assert "--head-weight" in (site / "flags" / "index.html").read_text(), "the flag reference lists every flag"
+    assert "Keep a Changelog" in (site / "changelog" / "index.html").read_text(), "the changelog page is CHANGELOG.md"
     api = {layer: (site / "api" / layer / "index.html").read_text()
            for layer in ("core", "nets", "data", "training", "envs", "agents", "app")}
     assert "RoutedNet" in api["core"] and "RoutingTask" in api["envs"] and "Progress" in api["training"]

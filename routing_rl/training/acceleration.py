@@ -3,16 +3,16 @@
 
 * ``channels_last``: convolution weights in channels-last (NHWC) memory format, so every
   activation follows. The multiscale columns already put their maps in channels-last on the
-  CPU, so there it adds 1.0–1.04× (``benchmarks/run.py --only learners``).
+  CPU, so there it adds little.
 * ``compile``: ``torch.compile`` of the full evaluation (``net.forward``, what the static,
   actor and full-tree critic steps run): batch norm, ReLU, additions and pooling of the
   forward and backward passes become fused generated kernels (C++ on the CPU, Triton on
-  CUDA): 1.07–1.13× on the static-8 and actor-chain steps on a 2-core x86 CPU, whose
-  convolutions (about 70% of a step) it leaves as they are. The first step compiles (tens of
-  seconds on a small CPU, once per process). Routed execution (sampled critics, evaluation)
+  CUDA); the convolutions, most of a step on a CPU, stay library calls. The first step
+  compiles (tens of seconds on a small CPU, once per process). Routed execution (sampled critics, evaluation)
   runs nodes on sub-batches whose size changes every call and stays eager.
 
-Parameters, state dicts and checkpoints are the same with and without either option.
+Parameters, state dicts and checkpoints are the same with and without either option. What
+they give on CPUs and GPUs (``benchmarks/run.py --only learners``): ``docs/results/speed.md``.
 """
 
 from __future__ import annotations
