@@ -247,12 +247,18 @@ def main(argv: list[str] | None = None, prog: str = "figures.py") -> int:
     parser.add_argument("--out", default="figures", help="folder for the PNGs and CSVs (default: figures)")
     parser.add_argument("--title", default="", help="title of the accuracy/MACs plot")
     args = parser.parse_args(argv)
+    return write_or_exit(parser, args.out, lambda: write_figures(args.runs, args.out, args.title))
+
+
+def write_or_exit(parser, out: str | Path, write) -> int:
+    """``write()``, then print the paths it returns (exit status 0); a ValueError, or an OSError
+    writing into ``out``, ends the command with one line and exit status 2."""
     try:
-        written = write_figures(args.runs, args.out, args.title)
+        written = write()
     except ValueError as error:
-        parser.exit(2, f"{prog}: error: {error}\n")
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     except OSError as error:
-        parser.exit(2, f"{prog}: error: cannot write into --out {args.out}: {error.strerror or error}; choose another --out\n")
+        parser.exit(2, f"{parser.prog}: error: cannot write into --out {out}: {error.strerror or error}; choose another --out\n")
     print("\n".join(map(str, written)))
     return 0
 

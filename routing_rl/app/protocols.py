@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from routing_rl.agents.threshold import _chain_leaves, exit_positions, geometric_fractions, thresholds_for_fractions
 from routing_rl.app.cli import _Parser
-from routing_rl.app.figures import check_out_folder, read_metrics, task_key, task_label, test_points
+from routing_rl.app.figures import check_out_folder, read_metrics, task_key, task_label, test_points, write_or_exit
 from routing_rl.app.frontier import frontier_margin, static_frontier
 from routing_rl.app.plots import accuracy_macs_figure, write_csv
 from routing_rl.app.runs import load_run, prepare_data
@@ -209,11 +209,4 @@ def main(argv: list[str] | None = None, prog: str = "protocols.py") -> int:
     parser.add_argument("--out", default="protocols", help="folder for the figure, table and TensorBoard events")
     parser.add_argument("--title", default="", help="title of the figure and table")
     args = parser.parse_args(argv)
-    try:
-        written = write_protocols(Path(args.run), args.routers, Path(args.out), args.title)
-    except ValueError as error:
-        parser.exit(2, f"{prog}: error: {error}\n")
-    except OSError as error:
-        parser.exit(2, f"{prog}: error: cannot write into --out {args.out}: {error.strerror or error}; choose another --out\n")
-    print("\n".join(map(str, written)))
-    return 0
+    return write_or_exit(parser, args.out, lambda: write_protocols(Path(args.run), args.routers, Path(args.out), args.title))
