@@ -6,8 +6,9 @@ on, as registered), the SB3 (or sb3-contrib) algorithm built from ``hyperparams/
 and trained for its ``n_timesteps``; then the net that training left is frozen and the
 agent's deterministic policy, "always exit 1" (action 0) and "always the deepest exit" (the
 last valid action) each route the same ``--episodes`` episodes of the test split
-(``train=False``, same reset seed). One JSON record per run: mean episode reward, accuracy
-and mean MACs per policy, and the wall time::
+(``train=False``, same reset seed). One JSON record per run on stdout: mean episode reward,
+accuracy and mean MACs per policy, and the wall time; while an algorithm trains, the training
+runs' progress (a bar on a terminal, else a line every ``$ROUTING_RL_PROGRESS_SECONDS``) on stderr::
 
     python experiments/rl_benchmark.py --algos dqn ppo --seeds 0 1 2
     python experiments/rl_benchmark.py --algos dqn --n-timesteps 5000  # a smaller budget
@@ -23,8 +24,12 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
 
 import routing_rl  # noqa: F401  (registers the ids)
+from routing_rl.app.cli import _int_at_least, _Parser, _positive_int
+from routing_rl.training.config import SB3_MAX_SEED
+from routing_rl.training.monitor import Progress
 
 HYPERPARAMS = Path(__file__).resolve().parents[1] / "hyperparams"
 ZOO_ONLY = ("n_timesteps", "n_envs", "policy", "env_kwargs", "env_wrapper", "normalize", "frame_stack", "callback")
@@ -84,18 +89,35 @@ def constant_policies(every_exit: bool = False) -> dict[str, Policy]:
     return policies
 
 
+class StepProgress(BaseCallback):
+    """Steps ``progress`` by the environment steps the algorithm took; each finished episode is
+    one image routed."""
+
+    def __init__(self, progress: Progress):
+        super().__init__()
+        self.progress = progress
+
+    def _on_step(self) -> bool:
+        self.progress.update(self.model.num_timesteps - self.progress.iteration, int(np.sum(self.locals["dones"])))
+        return True
+
+
 def benchmark(algo: str, env_id: str, seed: int, episodes: int, n_timesteps: int | None = None,
               folder: Path = HYPERPARAMS, every_exit: bool = False) -> dict:
     """Train ``algo`` on ``gym.make(env_id)`` with its Zoo hyperparameters, then judge it and
     the constant policies on the frozen net: one record."""
     entry = hyperparams(algo, env_id, folder)
     env_kwargs = entry.get("env_kwargs", {})
-    budget = int(n_timesteps or entry["n_timesteps"])
+    budget = int(entry["n_timesteps"] if n_timesteps is None else n_timesteps)
     kwargs = {key: value for key, value in entry.items() if key not in ZOO_ONLY}
     start = time.perf_counter()
     env = gym.make(env_id, seed=seed, **env_kwargs)
     model = algorithm(algo)(entry.get("policy", "MlpPolicy"), env, seed=seed, **kwargs)
-    model.learn(budget)
+    progress = Progress(budget, description=f"{algo} seed {seed}", unit="step")
+    try:
+        model.learn(budget, callback=StepProgress(progress))
+    finally:
+        progress.close()
     trained = time.perf_counter() - start
     frozen = {key: value for key, value in env_kwargs.items() if key not in ("joint", "share")}
     test = gym.make(env_id, split="test", train=False, net=env.unwrapped.net, **frozen)
@@ -107,15 +129,27 @@ def benchmark(algo: str, env_id: str, seed: int, episodes: int, n_timesteps: int
             **{name: {key: round(value, 4) for key, value in result.items()} for name, result in results.items()}}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _seed(text: str) -> int:
+    """A seed SB3 takes (NumPy's legacy generator keeps 32 bits)."""
+    value = _int_at_least(0, f"an integer in 0 ... {SB3_MAX_SEED}")(text)
+    if value > SB3_MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer in 0 ... {SB3_MAX_SEED}, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rl_benchmark.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="routing_rl/HybridRouting-v0")
     parser.add_argument("--algos", nargs="+", default=["dqn", "ppo"], choices=["dqn", "qrdqn", "ppo", "a2c"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--episodes", type=int, default=2000, help="test episodes per policy")
-    parser.add_argument("--n-timesteps", type=int, help="override the yml's budget")
+    parser.add_argument("--seeds", nargs="+", type=_seed, default=[0])
+    parser.add_argument("--episodes", type=_positive_int, default=2000, help="test episodes per policy")
+    parser.add_argument("--n-timesteps", type=_positive_int, help="override the yml's budget")
     parser.add_argument("--every-exit", action="store_true", help="also judge 'always exit k' for every k (chain)")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     for algo in args.algos:
         for seed in args.seeds:
             print(json.dumps(benchmark(algo, args.env, seed, args.episodes, args.n_timesteps,

@@ -104,16 +104,18 @@ class Progress:
 
     Args:
         stream: where the bar or lines go (None: stderr, looked up when constructed).
+        unit: what the lines count (an environment ``step`` where a budget is in steps).
     """
 
     def __init__(self, total: int, initial: int = 0, description: str = "train", interval: float | None = None,
-                 stream: TextIO | None = None):
+                 stream: TextIO | None = None, unit: str = "iteration"):
         self.stream = sys.stderr if stream is None else stream
         self.terminal = draws_a_bar(self.stream)
         self.interval = progress_seconds() if interval is None else interval
         self.bar = tqdm(total=total, initial=initial, desc=description, unit="it", dynamic_ncols=True,
                         file=self.stream, disable=not self.terminal)
         self.total, self.initial, self.iteration, self.description = total, initial, initial, description
+        self.unit = unit
         self.started = self.shown_at = time.monotonic()
         self.examples_since_shown, self.rate = 0, 0.0
         self.loss: float | None = None
@@ -148,7 +150,7 @@ class Progress:
         if self.examples_since_shown:  # else (a validation right after a line) the previous line's rate
             self.rate = self.examples_since_shown / max(now - self.shown_at, 1e-9)
         fields = [f"progress {self.description}",
-                  f"iteration {self.iteration}/{self.total} ({self.iteration / max(self.total, 1):.0%})",
+                  f"{self.unit} {self.iteration}/{self.total} ({self.iteration / max(self.total, 1):.0%})",
                   f"{self.rate:,.0f} images/s"]
         if self.loss is not None:
             fields.append(f"loss {self.loss:.4g}")
