@@ -339,3 +339,55 @@ def test_an_sb3_run_with_only_checkpoints_is_unfinished_not_replaced(finished_dq
     before = snapshot(finished_dqn)
     assert "holds an unfinished run" in refused(args(tiny_data, finished_dqn.parent, "run", *SB3, agent="dqn"), capsys)
     assert snapshot(finished_dqn) == before
+
+
+# --- issue 48: a run folder that is a link, a user's file named like a temporary, locks that are not locks
+
+
+@pytest.mark.parametrize("how", ["--overwrite", "start", "--resume"])
+def test_a_run_folder_that_is_a_symlink_is_never_written_through(how, finished, tiny_data, capsys):
+    (finished / "metrics.json").unlink()  # resumable: a resume through the link would write
+    link = finished.parent / "o"
+    link.symlink_to(finished, target_is_directory=True)
+    before = snapshot(finished)
+    argv = (["--resume", str(link)] if how == "--resume"
+            else args(tiny_data, finished.parent, "o", *([how] if how == "--overwrite" else [])))
+    err = refused(argv, capsys)
+    assert f"{link} is a symbolic link (to {finished})" in err and "writes nothing through links" in err
+    assert snapshot(finished) == before and link.is_symlink()
+
+
+def test_a_users_file_named_like_a_temporary_survives_overwrite(finished, tiny_data, capsys):
+    mine = finished / ".notes.abcdefgh.tmp"
+    mine.write_text("the user's")
+    assert main(args(tiny_data, finished.parent, "run", "--overwrite", "--seed", "1")) == 0
+    assert mine.read_text() == "the user's"
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a folder"])
+def test_a_run_lock_that_is_not_a_file_is_refused_without_hanging(kind, finished, tiny_data, capsys):
+    from test_safety_units import deadline
+
+    (finished / "metrics.json").unlink()
+    lock = finished / LOCK
+    os.mkfifo(lock) if kind == "a FIFO" else lock.mkdir()
+    before = snapshot(finished)
+    for argv in (args(tiny_data, finished.parent, "run"), args(tiny_data, finished.parent, "run", "--overwrite"),
+                 ["--resume", str(finished)]):
+        with deadline(120):  # the read of a FIFO blocks until someone writes into it
+            err = refused(argv, capsys)
+        assert f"{lock} is {kind}, not a lock file written by routing-rl" in err
+    assert snapshot(finished) == before and (lock.is_fifo() if kind == "a FIFO" else lock.is_dir())
+
+
+@pytest.mark.parametrize("fields", ['"pid": 1180591620717411303424, "started": 0', '"pid": PPID, "started": 1e400',
+                                    '"pid": PPID, "started": NaN', '"pid": PPID, "started": 1e17'],
+                         ids=["pid 2**70", "started 1e400", "started NaN", "started 1e17"])
+def test_a_lock_with_impossible_fields_is_one_line_and_kept(fields, finished, tiny_data, capsys):
+    (finished / "metrics.json").unlink()
+    text = f'{{{fields.replace("PPID", str(os.getppid()))}, "host": "{socket.gethostname()}"}}\n'
+    (finished / LOCK).write_text(text)
+    before = snapshot(finished)
+    for argv in (["--resume", str(finished)], args(tiny_data, finished.parent, "run", "--overwrite")):
+        assert "is not a lock file written by routing-rl" in refused(argv, capsys)
+    assert snapshot(finished) == before

@@ -19,6 +19,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from routing_rl.app import runs
 from routing_rl.app.cli import main
+from routing_rl.core.files import TEMPORARY_SUFFIX
+from routing_rl.training.checkpoint import CheckpointError
 from routing_rl.training.config import TrainConfig
 from routing_rl.app.sweep import config_differences, run_sweep, select_static_lr, sweep_configs
 
@@ -183,11 +185,13 @@ def test_resume_removes_stray_temporaries(tiny_data, tmp_path, capsys, monkeypat
 
     monkeypatch.setattr(StaticLearner, "train_step", interrupted)
     assert main(args(tiny_data, tmp_path)) == 130
-    stray = tmp_path / "run" / ".checkpoint.pt.k1ll3d_x.tmp"
+    stray = tmp_path / "run" / f".checkpoint.pt.k1ll3d_x{TEMPORARY_SUFFIX}"
     stray.write_bytes(b"cut short")
+    mine = tmp_path / "run" / ".notes.abcdefgh.tmp"  # a user's, named like a temporary file
+    mine.write_text("the user's")
     monkeypatch.setattr(StaticLearner, "train_step", original)
     assert main(["--resume", str(tmp_path / "run")]) == 0
-    assert not stray.exists()
+    assert not stray.exists() and mine.read_text() == "the user's"
 
 
 def test_resuming_a_finished_run_changes_nothing(finished, capsys):
@@ -405,3 +409,131 @@ def test_sigkill_then_resume_gives_the_uninterrupted_metrics(agent, extra, tiny_
     subprocess.run(resume, check=True, capture_output=True, timeout=600, env=env)
     straight, resumed = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("straight", "killed"))
     assert resumed["history"] == straight["history"] and resumed["test"] == straight["test"]
+
+
+# --- issue 48: a checkpoint must agree with its run; damaged files on resume; a full disk at the end
+
+
+def resumable(run_dir: Path) -> Path:
+    """``run_dir`` made unfinished (its metrics gone): a resume evaluates its final checkpoint."""
+    (run_dir / "metrics.json").unlink()
+    return run_dir
+
+
+def edit_checkpoint(run_dir: Path, edit) -> None:
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    edit(state)
+    torch.save(state, run_dir / "checkpoint.pt")
+
+
+def test_a_checkpoint_with_nan_weights_is_never_resumed_or_evaluated(finished, capsys):
+    def poison(state):
+        next(t for t in state["learner"]["net"].values() if t.is_floating_point()).fill_(float("nan"))
+
+    edit_checkpoint(resumable(finished), poison)
+    err = refused(["--resume", str(finished)], capsys)
+    assert f"refusing to load {finished / 'checkpoint.pt'}: its weights are not finite" in err
+    assert not (finished / "metrics.json").exists()
+    with pytest.raises(CheckpointError, match="its weights are not finite"):
+        runs.load_run(finished)
+
+
+@pytest.mark.parametrize("field, value", [("k_cpt", 1e-3), ("seed", 5), ("iterations", 6), ("lr", 0.5)])
+def test_a_config_edited_by_hand_is_refused_by_its_checkpoint(field, value, finished, capsys):
+    path = resumable(finished) / "config.json"
+    config = json.loads(path.read_text())
+    saved, config[field] = config[field], value
+    path.write_text(json.dumps(config))
+    err = refused(["--resume", str(finished)], capsys)
+    assert f"{field} {saved!r} (the config: {value!r})" in err and "restore those values in config.json" in err
+    assert not (finished / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda state: state["training_state"].update(iteration=-5), "its iteration -5 is not a whole number in 0 ... 4"),
+    (lambda state: state["training_state"].update(iteration="ten"), "its iteration 'ten' is not a whole number"),
+    (lambda state: state.pop("sampler"), "it holds no sampler"),
+], ids=["iteration -5", "iteration ten", "no sampler"])
+def test_a_checkpoint_the_trainer_cannot_have_written_is_refused_on_resume(damage, message, finished, capsys):
+    edit_checkpoint(resumable(finished), damage)
+    err = refused(["--resume", str(finished)], capsys)
+    assert f"cannot resume from {finished / 'checkpoint.pt'}: {message}" in err
+    assert not (finished / "metrics.json").exists()
+
+
+def test_a_checkpoint_written_before_it_recorded_its_settings_still_resumes(finished, capsys):
+    from routing_rl.training.checkpoint import IDENTITY
+
+    edit_checkpoint(resumable(finished), lambda state: state.update(identity={k: state["identity"][k] for k in IDENTITY}))
+    assert main(["--resume", str(finished)]) == 0
+    assert json.loads((finished / "metrics.json").read_text())["config"]["seed"] == 0
+
+
+@pytest.mark.parametrize("content, message", [("[]", "it holds a JSON list, not a run's metrics"),
+                                              ("{}", "its run is missing"),
+                                              ('{"run": "x"}', "its agent is missing")])
+def test_metrics_that_are_not_a_runs_are_one_line_on_resume(content, message, finished, capsys):
+    (finished / "metrics.json").write_text(content)
+    err = refused(["--resume", str(finished)], capsys)
+    assert f"{finished / 'metrics.json'} is damaged ({message})" in err
+
+
+def test_a_config_nested_too_deeply_is_one_line_on_resume(finished, capsys):
+    (resumable(finished) / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    err = refused(["--resume", str(finished)], capsys)
+    assert "config.json is not a valid run config: it nests too deeply to be read" in err
+
+
+def test_a_full_disk_at_the_metrics_keeps_the_final_checkpoint(tiny_data, tmp_path, capsys, monkeypatch):
+    import errno
+
+    original = runs.atomic_write_text
+
+    def full(path, text):
+        if Path(path).name == "metrics.json":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        original(path, text)
+
+    monkeypatch.setattr(runs, "atomic_write_text", full)
+    err = refused(args(tiny_data, tmp_path), capsys)
+    run_dir = tmp_path / "run"
+    assert f"no space left on device writing {run_dir / 'metrics.json'}; the run's checkpoints are kept" in err
+    assert f"--resume {run_dir}" in err
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["training_state"]["iteration"] == 4
+    monkeypatch.setattr(runs, "atomic_write_text", original)  # space freed
+    assert main(["--resume", str(run_dir)]) == 0 and (run_dir / "metrics.json").is_file()
+
+
+def test_a_metrics_file_nested_too_deeply_beside_a_run_is_skipped_with_a_warning(tiny_data, tmp_path, capsys):
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "metrics.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert main(args(tiny_data, tmp_path, "run")) == 0
+    captured = capsys.readouterr()
+    assert f"warning: {tmp_path / 'junk' / 'metrics.json'} is not a run's metrics (it nests too deeply to be read)" \
+        in captured.err
+    assert "test accuracy" in captured.out
+
+
+def test_a_full_disk_at_tensorboards_last_writes_is_one_line_and_keeps_the_final_checkpoint(tiny_data, tmp_path, capsys,
+                                                                                            monkeypatch):
+    import errno
+    import threading
+
+    from tensorboard.summary.writer import record_writer
+
+    run_dir, original = tmp_path / "run", record_writer.RecordWriter.write
+
+    def full_after_the_final_checkpoint(self, data):
+        if (run_dir / "checkpoint.pt").is_file() and torch.load(
+                run_dir / "checkpoint.pt", weights_only=True)["training_state"]["iteration"] == 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(self, data)
+
+    printed = []  # what Python would print as "Exception in thread ..."
+    monkeypatch.setattr(threading, "excepthook", printed.append)
+    monkeypatch.setattr(record_writer.RecordWriter, "write", full_after_the_final_checkpoint)
+    err = refused(args(tiny_data, tmp_path), capsys)
+    assert f"no space left on device writing into {run_dir}; the checkpoints written are kept" in err
+    assert printed == [], "the writer thread's failure is reported once, in the one line"
+    monkeypatch.setattr(record_writer.RecordWriter, "write", original)  # space freed
+    assert main(["--resume", str(run_dir)]) == 0 and (run_dir / "metrics.json").is_file()

@@ -3,11 +3,15 @@ NaN guard, memory estimates and dataset verification (tiny synthetic data only).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
 import shutil
+import signal
+import socket
 import tarfile
 import zipfile
 from pathlib import Path
@@ -20,7 +24,7 @@ from routing_rl.core.files import atomic_write, atomic_write_text, remove_stale_
 from routing_rl.core.policies import MAX_HALVINGS, TrainingPolicy, halving
 from routing_rl.data import DataNotFoundError, Split, cache, load_dataset
 from routing_rl.nets.multiscale import build
-from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from routing_rl.training.checkpoint import CheckpointError, checkpoint_identity, load_checkpoint, save_checkpoint
 from routing_rl.training.config import TrainConfig, make_config
 from routing_rl.training.guard import NonFiniteLossError
 from routing_rl.training.footprint import check_fits, estimate
@@ -53,14 +57,29 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
 
 
+def killed_write(folder: Path, name: str) -> Path:
+    """The temporary file a write of ``folder/name`` killed mid-way leaves (named as
+    :func:`atomic_write` names it)."""
+    names = []
+
+    def write(stream):
+        names.extend(p.name for p in folder.iterdir() if p.name.startswith(f".{name}."))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(folder / name, write)
+    (folder / names[0]).write_bytes(b"killed mid-write")
+    return folder / names[0]
+
+
 def test_stale_temporaries_are_removed_and_nothing_else(tmp_path):
-    stale = tmp_path / ".checkpoint.pt.a1b2_c3d.tmp"
-    stale.write_bytes(b"killed mid-write")
-    kept = [tmp_path / "notes.tmp", tmp_path / ".hidden.tmp", tmp_path / "checkpoint.pt"]
+    stale = killed_write(tmp_path, "checkpoint.pt")
+    kept = [tmp_path / "notes.tmp", tmp_path / ".hidden.tmp", tmp_path / "checkpoint.pt",
+            tmp_path / ".notes.abcdefgh.tmp", tmp_path / ".checkpoint.pt.a1b2_c3d.tmp"]  # a user's, named like ours
     for path in kept:
         path.write_text("user's")
     assert remove_stale_temporaries(tmp_path) == [stale]
-    assert not stale.exists() and all(p.exists() for p in kept)
+    assert not stale.exists() and all(p.read_text() == "user's" for p in kept)
 
 
 def test_the_cache_writes_through_the_one_atomic_writer(tmp_path):
@@ -392,3 +411,146 @@ def test_a_planted_pickle_among_cifar_batches_is_refused_and_never_runs(data_env
     with pytest.raises(DataNotFoundError, match=r"data_batch_1: not a CIFAR-10 python batch \(refusing to unpickle pathlib"):
         load_dataset("cifar10", data_dir=data_env / "data", download=False)
     assert not marker.exists()
+
+
+# --- issue 48: locks that are not what the lock writes, checkpoints that disagree with their run
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    """Fail with TimeoutError, instead of hanging, when the block (a read of a FIFO, say)
+    takes longer than ``seconds``."""
+
+    def expire(signum, frame):
+        raise TimeoutError(f"still blocked after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+LIVE = os.getppid()  # a live process of this host that is not this one
+HOST = socket.gethostname()
+
+
+@pytest.mark.parametrize("text, reason", [
+    (f'{{"pid": {2**70}, "host": "{HOST}", "started": 0}}', "its pid 1180591620717411303424 is not a process id"),
+    (f'{{"pid": 0, "host": "{HOST}", "started": 0}}', "its pid 0 is not a process id"),
+    (f'{{"pid": -1, "host": "{HOST}", "started": 0}}', "its pid -1 is not a process id"),
+    (f'{{"pid": {LIVE}, "host": "{HOST}", "started": 1e400}}', "its start time inf is not a time"),
+    (f'{{"pid": {LIVE}, "host": "{HOST}", "started": NaN}}', "its start time nan is not a time"),
+    (f'{{"pid": {LIVE}, "host": "{HOST}", "started": 1e17}}', "its start time 1e+17 lies in the future"),
+    (f'{{"pid": {LIVE}, "host": "{HOST}", "started": {10**400}}}', "lies in the future"),
+    (f'{{"pid": {LIVE}, "host": "{HOST}", "started": "yesterday"}}', "its start time 'yesterday' is not a time"),
+])
+def test_a_lock_with_impossible_fields_is_refused_and_kept(text, reason, tmp_path):
+    from routing_rl.core.lock import FolderLock, LockedError, live_owner
+
+    lock = tmp_path / "run.lock"
+    lock.write_text(text)
+    warnings = []
+    assert live_owner(lock) is None  # nobody's: the start refuses it (below), never takes it over
+    with pytest.raises(LockedError, match="is not a lock file written by routing-rl") as refusal:
+        FolderLock(lock).acquire(warn=warnings.append)
+    assert reason in str(refusal.value) and "delete it and start again" in str(refusal.value)
+    assert lock.read_text() == text and warnings == [], "the lock is kept until a person decides"
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a folder", "a symbolic link"])
+def test_a_lock_that_is_not_a_file_is_refused_without_waiting(kind, tmp_path):
+    from routing_rl.core.lock import FolderLock, LockedError, live_owner
+
+    lock = tmp_path / "run.lock"
+    if kind == "a FIFO":
+        os.mkfifo(lock)
+    elif kind == "a folder":
+        lock.mkdir()
+    else:
+        os.mkfifo(tmp_path / "elsewhere")
+        lock.symlink_to(tmp_path / "elsewhere")
+    for attempt in (lambda: live_owner(lock), lambda: FolderLock(lock).acquire()):
+        with deadline(10), pytest.raises(LockedError, match=f"run.lock is {kind}, not a lock file written by routing-rl"):
+            attempt()
+    assert lock.is_symlink() or lock.exists()
+
+
+def training_checkpoint(config: TrainConfig, iteration: int = 4, **changes) -> dict:
+    """A checkpoint as the trainer writes it for ``config`` at ``iteration`` (validated at 2, 4)."""
+    state = {
+        "learner": {"net": {"weight": torch.ones(2, 2)}},
+        "sampler": {"generator": torch.Generator().get_state(), "order": torch.arange(4), "position": 0},
+        "augment_generator": torch.Generator().get_state(),
+        "random_states": {"cpu": torch.get_rng_state(), "cuda": []},
+        "training_state": {"iteration": iteration, "history": [{"iteration": i} for i in range(2, iteration + 1, 2)],
+                           "train_seconds": 1.5},
+        "identity": checkpoint_identity(config),
+    }
+    for path, value in changes.items():  # "training_state.iteration" -> state["training_state"]["iteration"]
+        *parents, name = path.split(".")
+        place = functools.reduce(dict.__getitem__, parents, state)
+        if value is DELETE:
+            del place[name]
+        else:
+            place[name] = value
+    return state
+
+
+DELETE = object()
+RUN = TrainConfig(agent="static", arch="static-1", iterations=4, k_cpt=4e-9, seed=0)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"training_state.iteration": -5}, "its iteration -5 is not a whole number in 0 ... 4"),
+    ({"training_state.iteration": "ten"}, "its iteration 'ten' is not a whole number in 0 ... 4"),
+    ({"training_state.iteration": 5}, "its iteration 5 is not a whole number in 0 ... 4"),
+    ({"training_state.iteration": True}, "its iteration True is not a whole number"),
+    ({"training_state.history": [{"iteration": 10}, {"iteration": 20}]}, "its history of validations does not end by"),
+    ({"training_state.history": [{"iteration": 4}, {"iteration": 2}]}, "its history of validations does not end by"),
+    ({"training_state.train_seconds": math.nan}, "its train_seconds nan is not a duration"),
+    ({"training_state.epoch": 3}, "its training_state is not {iteration, history, train_seconds}"),
+    ({"sampler": DELETE}, "it holds no sampler"),
+    ({"augment_generator": DELETE, "learner": DELETE}, "it holds no learner and no augment_generator"),
+    ({"sampler": {"generator": "seed 0"}}, "its random generators' states are not tensors"),
+    ({"identity.k_cpt": 1e-3}, "k_cpt 0.001 (the config: 4e-09)"),
+    ({"identity.seed": 5}, "seed 5 (the config: 0)"),
+    ({"identity.iterations": 40}, "iterations 40 (the config: 4)"),
+])
+def test_a_checkpoint_that_disagrees_with_its_run_is_refused(changes, message, tmp_path):
+    save_checkpoint(tmp_path / "checkpoint.pt", training_checkpoint(RUN, **changes))
+    with pytest.raises(CheckpointError) as refusal:
+        load_checkpoint(tmp_path / "checkpoint.pt", config=RUN)
+    assert message in str(refusal.value) and "\n" not in str(refusal.value)
+    assert "--overwrite" in str(refusal.value) or "restore those values in config.json" in str(refusal.value)
+
+
+@pytest.mark.parametrize("identity", [None, {name: getattr(RUN, name) for name in ("agent", "arch", "width", "env", "dataset")}],
+                         ids=["no identity", "identity of five fields"])
+def test_a_checkpoint_written_before_it_recorded_its_settings_still_loads(identity, tmp_path):
+    state = training_checkpoint(RUN)
+    state.pop("identity")
+    if identity is not None:
+        state["identity"] = identity
+    save_checkpoint(tmp_path / "checkpoint.pt", state)
+    assert load_checkpoint(tmp_path / "checkpoint.pt", config=RUN)["training_state"]["iteration"] == 4
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_a_checkpoint_with_non_finite_weights_is_refused(value, tmp_path):
+    state = training_checkpoint(RUN)
+    state["learner"]["net"]["weight"][1, 0] = value
+    save_checkpoint(tmp_path / "checkpoint.pt", state)
+    for config in (None, RUN):
+        with pytest.raises(CheckpointError, match=r"its weights are not finite \(tensor weight holds NaN or infinity\)"):
+            load_checkpoint(tmp_path / "checkpoint.pt", config=config)
+
+
+def test_json_too_deep_to_parse_is_a_value_error(tmp_path):
+    from routing_rl.core.files import read_json
+
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="it nests too deeply to be read"):
+        read_json(tmp_path / "deep.json")

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from routing_rl.core import devices
-from routing_rl.core.files import atomic_write_text, remove_stale_temporaries
+from routing_rl.core.files import atomic_write_text, read_json, remove_stale_temporaries
 from routing_rl.core.lock import FolderLock, LockedError, describe, live_owner
 from routing_rl.core.seeds import manual_seed
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -53,7 +53,7 @@ from routing_rl.envs.task import RoutingTask, task_from_env
 from routing_rl.app.describe import summary
 from routing_rl.training.evaluate import evaluate, heads_alone
 from routing_rl.training.cost import COST_FILE, run_cost_model, write_cost_model
-from routing_rl.training.monitor import Monitor
+from routing_rl.training.monitor import Monitor, writer_failures_in_training_thread
 from routing_rl.training.splits import RunError, training_splits
 
 CONFIG_FILE = "config.json"
@@ -155,6 +155,7 @@ def check_new_run_directory(path: Path, overwrite: bool, writer: bool = True) ->
         raise RunError(f"--logdir {logdir}: {existing} is a file, not a folder; choose another --logdir")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise RunError(f"--logdir {logdir} is not writable (no permission in {existing}); choose another --logdir")
+    check_not_a_link(path)
     if not path.exists():
         return
     if not path.is_dir():
@@ -176,9 +177,21 @@ def check_new_run_directory(path: Path, overwrite: bool, writer: bool = True) ->
                        "--overwrite to replace it, or another --run-name")
 
 
+def check_not_a_link(run_dir: Path) -> None:
+    """Raise RunError when the run folder ``run_dir`` is itself a symbolic link: a run is
+    written, replaced and resumed only in its own folder, never through a link to another."""
+    if Path(run_dir).is_symlink():
+        target = Path(run_dir).resolve()
+        raise RunError(f"{run_dir} is a symbolic link (to {os.readlink(run_dir)}); routing-rl writes nothing through "
+                       f"links: resume or replace the run at {target} itself, or choose another --run-name")
+
+
 def check_not_in_use(run_dir: Path) -> None:
     """Raise RunError naming the owner when a live process holds ``run_dir``'s lock."""
-    owner = live_owner(Path(run_dir) / LOCK_FILE)
+    try:
+        owner = live_owner(Path(run_dir) / LOCK_FILE)
+    except LockedError as error:  # not a lock file: a FIFO, a folder
+        raise RunError(str(error)) from None
     if owner is not None:
         raise RunError(in_use(run_dir, f"in use by process {describe(owner)}"))
 
@@ -259,7 +272,7 @@ def read_run(run_dir: Path, overrides: dict | None = None) -> TrainConfig:
         raise RunError(f"a resumed run keeps the settings in its {CONFIG_FILE}; only {', '.join(RESUME_OVERRIDES)} "
                        f"may change, not {', '.join(fixed)} (start a new run to change them)")
     try:
-        values = json.loads(path.read_text())
+        values = read_json(path)
         if not isinstance(values, dict):
             raise ValueError(f"it holds a JSON {type(values).__name__}, not an object")
         config = dataclasses.replace(TrainConfig.from_json(json.dumps(values)), **overrides)
@@ -316,6 +329,7 @@ def train(
     """
     if resume is not None:
         run_dir = Path(resume)
+        check_not_a_link(run_dir)
         config = read_run(run_dir, overrides)
         if (run_dir / METRICS_FILE).is_file():
             return finished_metrics(run_dir)
@@ -354,12 +368,35 @@ def finished_metrics(run_dir: Path) -> dict:
     """The metrics of a complete run (said on stderr); RunError naming a damaged file."""
     path = Path(run_dir) / METRICS_FILE
     try:
-        metrics = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+        metrics = read_json(path)
+        problem = metrics_problem(metrics)
+        if problem is not None:
+            raise ValueError(problem)
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise RunError(f"{path} is damaged ({error}); the run finished: restore the file, or delete it and --resume "
                        "to evaluate the last checkpoint again") from None
     print(f"{run_dir} is complete already ({METRICS_FILE}); nothing to resume", file=sys.stderr)
     return metrics
+
+
+METRICS_FIELDS = {"run": str, "agent": str, "arch": str, "k_cpt": (int, float, str), "test_accuracy": (int, float),
+                  "test_mean_macs": (int, float), "train_seconds": (int, float), "test": list, "config": dict}
+"""What a run's metrics.json holds at its top level, and of what type, for a finished run's
+summary and its --json line."""
+
+
+def metrics_problem(metrics) -> str | None:
+    """Why ``metrics`` (a metrics.json's content) is not a finished run's metrics; None when it is."""
+    if not isinstance(metrics, dict):
+        return f"it holds a JSON {type(metrics).__name__}, not a run's metrics"
+    for name, kind in METRICS_FIELDS.items():
+        if isinstance(metrics.get(name), bool) or not isinstance(metrics.get(name), kind):
+            return f"its {name} is {'missing' if name not in metrics else repr(metrics[name])[:40]}"
+    numbers = ("accuracy", "mean_macs")
+    if not metrics["test"] or not all(isinstance(e, dict) and all(isinstance(e.get(n), (int, float)) for n in numbers)
+                                      for e in metrics["test"]):
+        return "its test holds no evaluations with an accuracy and mean MACs"
+    return None
 
 
 def check_fits_all(config: TrainConfig, task: RoutingTask, device: torch.device, resident: int) -> None:
@@ -409,6 +446,7 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
             remove_stale_temporaries(folder)
     if distributed is not None:  # the other processes wait for rank 0's folder
         distributed.broadcast(run_dir if distributed.is_main else None)
+    held.enter_context(writer_failures_in_training_thread())
     try:
         if config.agent in SB3_AGENTS:
             from routing_rl.agents.sb3 import train_sb3
@@ -464,7 +502,14 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
         "config": json.loads(config.to_json()),
     }
     if distributed is None or distributed.is_main:
-        atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2))
+        try:
+            atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2))
+        except OSError as error:
+            full = error.errno == errno.ENOSPC
+            what = "no space left on device writing" if full else f"cannot write ({error.strerror or error})"
+            raise RunError(f"{what} {run_dir / METRICS_FILE}; the run's checkpoints are kept: "
+                           f"{'free some space' if full else 'fix the disk'}, then --resume {run_dir} to evaluate "
+                           "the last one again") from None
     return metrics
 
 

@@ -4,11 +4,17 @@
 planted pickle in a run folder cannot execute anything; a file that fails that load, or is
 truncated, is refused with :class:`CheckpointError` naming it.
 
-A checkpoint names the run it belongs to (:func:`checkpoint_identity`: agent, arch, width,
-env id and dataset); :func:`load_checkpoint` given the run's config refuses one of another
-run, and given its net, one whose tensors have other names or shapes than the net's.
-Checkpoints written before they carried their identity are accepted when the net's names and
-shapes match (another arch or task is refused; another agent of the same arch cannot be told).
+A checkpoint names the run it belongs to and the settings it was trained with
+(:func:`checkpoint_identity`: every field of the config but the machine's settings and where
+the run lies); :func:`load_checkpoint` given the run's config refuses one of another run (agent,
+arch, width, env id or dataset differ), one whose settings disagree with the config (a
+hand-edited ``k_cpt``, ``seed`` or ``iterations``), and one whose training state is not what
+the trainer writes (no sampler, an iteration outside ``0 ... iterations``); given its net, one
+whose tensors have other names or shapes than the net's. Checkpoints written before they
+carried their identity, or only its first five fields, are checked on what they carry (another
+arch or task is refused by the tensors; another agent of the same arch cannot be told).
+A checkpoint whose net holds NaN or infinite weights is refused: nothing trained or evaluated
+from it would mean anything.
 
 :func:`random_states` / :func:`restore_random_states`: torch's global generators (CPU and
 every CUDA device), saved beside the loop's own so that nothing a step draws differs after a
@@ -17,6 +23,8 @@ resume.
 
 from __future__ import annotations
 
+import json
+import math
 import pickle
 import zipfile
 from pathlib import Path
@@ -24,10 +32,14 @@ from pathlib import Path
 import torch
 
 from routing_rl.core.files import atomic_write
-from routing_rl.training.config import TrainConfig
+from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig
 
 IDENTITY = ("agent", "arch", "width", "env", "dataset")
-"""The config fields a checkpoint must share with the run that resumes from it."""
+"""The config fields that name the run a checkpoint belongs to."""
+PLACE = ("logdir", "run_name")
+"""Where the run lies: a run folder may be moved or renamed and resumed there."""
+TRAINING_STATE = ("iteration", "history", "train_seconds")
+"""The fields of the trainer's ``training_state``."""
 
 
 class CheckpointError(ValueError):
@@ -63,8 +75,11 @@ def save_checkpoint(path: Path, state: dict) -> None:
 
 
 def checkpoint_identity(config: TrainConfig) -> dict:
-    """What run a checkpoint of ``config`` belongs to (plain JSON values)."""
-    return {name: getattr(config, name) for name in IDENTITY}
+    """What run a checkpoint of ``config`` belongs to and the settings it trains with: every
+    field but the machine's (:data:`~routing_rl.training.config.RESUME_OVERRIDES`) and the
+    run's place (:data:`PLACE`), as plain JSON values."""
+    values = json.loads(config.to_json())
+    return {name: value for name, value in values.items() if name not in (*RESUME_OVERRIDES, *PLACE)}
 
 
 def random_states() -> dict:
@@ -104,8 +119,10 @@ def load_checkpoint(path: Path, map_location="cpu", config: TrainConfig | None =
         raise CheckpointError(f"cannot read {path}: it holds a {type(state).__name__}, not a checkpoint")
     if config is not None:
         _check_identity(path, state, config)
+        _check_training_state(path, state, config)
     if net is not None:
         _check_tensors(path, state, net)
+    _check_finite(path, state)
     return state
 
 
@@ -121,6 +138,58 @@ def _check_identity(path: Path, state: dict, config: TrainConfig) -> None:
         theirs = _describe(saved) if isinstance(saved, dict) else "unnamed"
         raise CheckpointError(f"{path} was written by another run ({theirs}), not by this one ({_describe(expected)}); "
                               "resume the run it came from, or start this one again with --overwrite")
+    # a field the checkpoint does not carry (written before it recorded its settings) cannot be compared
+    edited = [name for name in sorted(set(saved) & set(expected)) if saved[name] != expected[name]]
+    if edited:
+        values = ", ".join(f"{name} {saved[name]!r} (the config: {expected[name]!r})" for name in edited)
+        raise CheckpointError(f"{path} was trained with other settings than the run's config.json says: {values}; "
+                              "restore those values in config.json to resume, or start a new run with the new ones")
+
+
+def _check_training_state(path: Path, state: dict, config: TrainConfig) -> None:
+    """The parts of a checkpoint the trainer resumes from are there, with values it can have written."""
+    missing = [name for name in ("learner", "sampler", "augment_generator", "training_state") if name not in state]
+    if missing:
+        raise CheckpointError(f"cannot resume from {path}: it holds no {' and no '.join(missing)}; it was not written "
+                              "by routing-rl's trainer: restore the file, or start the run again with --overwrite")
+    training = state["training_state"]
+    problem = _training_state_problem(training, config.iterations)
+    if problem is None and not (isinstance(state["sampler"], dict) and torch.is_tensor(state["sampler"].get("generator"))
+                                and torch.is_tensor(state["augment_generator"])):
+        problem = "its random generators' states are not tensors"
+    if problem is not None:
+        raise CheckpointError(f"cannot resume from {path}: {problem}; restore the file, or start the run again "
+                              "with --overwrite")
+
+
+def _training_state_problem(training, iterations: int) -> str | None:
+    """Why ``training`` is not a training state of a run of ``iterations`` iterations (None: it is)."""
+    if not isinstance(training, dict) or sorted(training) != sorted(TRAINING_STATE):
+        return f"its training_state is not {{{', '.join(TRAINING_STATE)}}}"
+    iteration, history, seconds = (training[name] for name in TRAINING_STATE)
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or not 0 <= iteration <= iterations:
+        return f"its iteration {iteration!r} is not a whole number in 0 ... {iterations} (the run's iterations)"
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        return f"its train_seconds {seconds!r} is not a duration"
+    validated = [entry.get("iteration") if isinstance(entry, dict) else None for entry in history] \
+        if isinstance(history, list) else None
+    if validated is None or any(isinstance(i, bool) or not isinstance(i, int) for i in validated) or \
+            validated != sorted(set(validated)) or (validated and not 1 <= validated[0] <= validated[-1] <= iteration):
+        return f"its history of validations does not end by iteration {iteration}, one entry per iteration validated"
+    return None
+
+
+def _check_finite(path: Path, state: dict) -> None:
+    """Refuse a checkpoint whose net holds a NaN or infinite weight."""
+    learner = state.get("learner")
+    saved = learner.get("net") if isinstance(learner, dict) else None
+    if not isinstance(saved, dict):
+        return
+    for name, tensor in saved.items():
+        if torch.is_tensor(tensor) and tensor.is_floating_point() and not bool(tensor.isfinite().all()):
+            raise CheckpointError(f"refusing to load {path}: its weights are not finite (tensor {name} holds NaN or "
+                                  "infinity), so nothing trained or evaluated from it would mean anything; start the "
+                                  "run again with --overwrite (with a lower --lr if it diverged)")
 
 
 def _check_tensors(path: Path, state: dict, net: torch.nn.Module) -> None:

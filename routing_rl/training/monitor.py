@@ -15,11 +15,13 @@ a bar (``script`` and some notebook shells report 0 columns), it is one line eve
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -167,6 +169,24 @@ class Progress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+@contextlib.contextmanager
+def writer_failures_in_training_thread() -> Iterator[None]:
+    """While in the block, a TensorBoard writer thread whose write fails (a full disk) prints
+    no traceback of its own: the writer raises that OSError again in the training thread at
+    its next write or flush, where the run reports it in one line."""
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        if not (isinstance(args.exc_value, OSError) and type(args.thread).__module__.startswith("tensorboard.")):
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
 
 
 class Monitor:
