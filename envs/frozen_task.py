@@ -1,0 +1,125 @@
+"""Frozen-backbone training: a trained network's exit heads and routers learn, nothing else.
+
+:class:`FrozenBackboneTask` is a routing task on an image dataset whose net is a routed chain
+with a trained, frozen backbone. Its examples are not the images but the backbone's cached
+outputs at each exit (:func:`~routing_rl.nets.frozen.exit_features`, computed once per example
+and kept in the data cache, memory-mapped), and its net is the chain on those
+(:func:`~routing_rl.nets.frozen.frozen_net`): every learner trains the heads and routers in
+minutes on a CPU, with every path costing the MACs the full backbone spends. Register it
+under an id in your own module and train it like any plug-in task (``docs/own-network.md``)::
+
+    register_task("mine/FrozenResNet20-v0", FrozenBackboneTask, backbone="runs/plain-resnet20/checkpoint.pt",
+                  arch="resnet20-exits", dataset="cifar10", k_cpt=1e-8)
+
+A frozen run's checkpoint loads into the full net with :func:`~routing_rl.nets.frozen.attach`
+(:meth:`FrozenBackboneTask.full_net` builds it with the backbone loaded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from routing_rl.core.graph import RoutedNet
+from routing_rl.data import RoutingDataset, Split
+from routing_rl.data.cache import cached, check_cache_dir, default_cache_dir
+from routing_rl.envs.image_task import ImageTask
+from routing_rl.envs.task import RoutingTask, load_factory
+from routing_rl.nets.frozen import exit_features, frozen_net
+from routing_rl.nets.routable import load_backbone
+from routing_rl.training.checkpoint import load_checkpoint
+
+FEATURE_BATCH = 500
+"""Images per batch while the backbone's exit features are computed."""
+
+
+def backbone_state(path: str | Path) -> dict[str, torch.Tensor]:
+    """A trained net's ``state_dict`` from ``path``: a file saved with ``torch.save(net.state_dict())``
+    or a run's ``checkpoint.pt``; loaded with ``weights_only=True``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"backbone {path} is not a file: give a state_dict saved with torch.save, or a run's checkpoint.pt")
+    state = load_checkpoint(path)
+    if isinstance(state.get("learner"), dict) and isinstance(state["learner"].get("net"), dict):
+        state = state["learner"]["net"]
+    if not all(isinstance(value, torch.Tensor) for value in state.values()):
+        raise ValueError(f"backbone {path} is not a state_dict of tensors (nor a run's checkpoint)")
+    return state
+
+
+def weights_digest(net: RoutedNet) -> str:
+    """A digest of every tensor of ``net``: the cached features' key, so that other weights
+    compute them again."""
+    digest = hashlib.sha256()
+    for key, tensor in net.state_dict().items():
+        digest.update(key.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:20]
+
+
+class FrozenBackboneTask(RoutingTask):
+    """An image dataset's exit features under a frozen, trained backbone (module docstring).
+
+    Args:
+        backbone: the trained weights, for ``arch``: a ``state_dict`` file or a run's
+            ``checkpoint.pt`` whose node names the chain shares (a static ``resnetD`` run's for
+            ``resnetD-exits``).
+        arch: an image task's chain (``resnetD-exits``) whose backbone ``backbone`` fills.
+        net: instead of ``arch``, ``"module:function"`` of a function returning a routed chain
+            with its backbone already trained, e.g. a :func:`~routing_rl.nets.routable.routable`
+            of a model whose ``state_dict`` it loaded (``backbone`` is then optional).
+        dataset, data_dir, download: the image dataset, as :class:`~routing_rl.envs.image_task.ImageTask`'s.
+        width: ``arch``'s channel multiplier (the backbone's).
+    """
+
+    def __init__(self, backbone: str | None = None, arch: str | None = "resnet20-exits", net: str | None = None,
+                 dataset: str = "cifar10", width: int = 1, data_dir: str | Path | None = None, download: bool = True):
+        if net is None and backbone is None:
+            raise ValueError("a frozen backbone needs its trained weights: give backbone= (a state_dict file or a run's "
+                             "checkpoint.pt), or net= a function that builds the trained chain")
+        self.images = ImageTask(dataset, data_dir, download)
+        self.backbone, self.width, self.net_factory = backbone, width, net
+        self.arch = arch if net is None else net.rpartition(":")[2]
+        if net is None and arch not in self.images.archs:
+            raise ValueError(f"unknown arch {arch!r}; choose a chain of exits such as resnet20-exits")
+        self.archs = (self.arch,)
+
+    def full_net(self, k_cpt_input: bool = False) -> RoutedNet:
+        """The whole chain (images in, every exit) with the trained backbone loaded, heads and
+        routers as initialised by the caller's seed: load a frozen run's state into it with
+        :func:`~routing_rl.nets.frozen.attach`."""
+        if self.net_factory is not None:
+            net = load_factory(self.net_factory)()
+            if not isinstance(net, RoutedNet):
+                raise TypeError(f"{self.net_factory} returned a {type(net).__name__}, not a RoutedNet chain")
+            if k_cpt_input != net.k_cpt_input:
+                raise ValueError(f"{self.net_factory} builds routers that {'do not ' if k_cpt_input else ''}read k_cpt; "
+                                 "build them with k_cpt_input to match, or use a fixed --k-cpt")
+        else:
+            net = self.images.build_net(self.arch, self.width, k_cpt_input)
+        if self.backbone is not None:
+            load_backbone(net, backbone_state(self.backbone))
+        return net
+
+    def load_dataset(self) -> RoutingDataset:
+        images = self.images.dataset()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # the heads' and routers' initial weights enter the digest, not the features
+            reference = self.full_net()
+        cache_dir = default_cache_dir()
+        check_cache_dir(cache_dir)
+        key = {"dataset": images.description, "arch": self.arch, "weights": weights_digest(reference)}
+        entry = cached(cache_dir, "frozen", key, lambda: {
+            f"{name}_images": exit_features(reference, getattr(images, name).images, FEATURE_BATCH) for name in ("train", "test")
+        }, required=("train_images", "test_images"))
+        splits = {name: Split(entry[f"{name}_images"], getattr(images, name).labels, getattr(images, name).source)
+                  for name in ("train", "test")}
+        description = {**images.description, "frozen_backbone": {"arch": self.arch, "weights": key["weights"]}}
+        return RoutingDataset(images.name, images.classes, splits["train"], splits["test"], description, images.sources)
+
+    def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:
+        if width != 1:
+            raise ValueError("--width does not apply to a frozen backbone; give the task's width keyword the backbone's")
+        return frozen_net(self.full_net(k_cpt_input))
