@@ -138,12 +138,20 @@ def _check_identity(path: Path, state: dict, config: TrainConfig) -> None:
         theirs = _describe(saved) if isinstance(saved, dict) else "unnamed"
         raise CheckpointError(f"{path} was written by another run ({theirs}), not by this one ({_describe(expected)}); "
                               "resume the run it came from, or start this one again with --overwrite")
-    # a field the checkpoint does not carry (written before it recorded its settings) cannot be compared
-    edited = [name for name in sorted(set(saved) & set(expected)) if saved[name] != expected[name]]
+    edited = settings_disagreement(saved, config)
     if edited:
-        values = ", ".join(f"{name} {saved[name]!r} (the config: {expected[name]!r})" for name in edited)
-        raise CheckpointError(f"{path} was trained with other settings than the run's config.json says: {values}; "
+        raise CheckpointError(f"{path} was trained with other settings than the run's config.json says: {edited}; "
                               "restore those values in config.json to resume, or start a new run with the new ones")
+
+
+def settings_disagreement(saved: dict, config: TrainConfig) -> str | None:
+    """The settings recorded with a checkpoint (:func:`checkpoint_identity`) that ``config``
+    (the run's config.json) gives other values, as ``"k_cpt 4e-09 (the config: 0.001), ..."``;
+    None when they agree. A field the checkpoint does not carry (written before it recorded
+    its settings) cannot be compared."""
+    expected = checkpoint_identity(config)
+    edited = [name for name in sorted(set(saved) & set(expected)) if saved[name] != expected[name]]
+    return ", ".join(f"{name} {saved[name]!r} (the config: {expected[name]!r})" for name in edited) or None
 
 
 def _check_training_state(path: Path, state: dict, config: TrainConfig) -> None:
