@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BENCHMARKS = {
     "execution": "bench_execution",
+    "backbone": "bench_backbone",
     "data": "bench_data",
     "learners": "bench_learners",
     "vecenv": "bench_vecenv",

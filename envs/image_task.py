@@ -58,12 +58,17 @@ class ImageTask(RoutingTask):
                 f"{default_cache_dir()} is damaged: delete its files and run again")
 
     def default_arch(self, agent: str | None) -> str:
+        if "chain" not in self.archs:  # a subclass with nets of its own
+            return super().default_arch(agent)
         return "static-8" if agent == "static" else "chain"
 
     def static_archs(self) -> tuple[str, ...]:
         """The paper's static nets (``static-N``, the first N columns and one head) and the
-        ResNets' (the plain ``resnetD``, the prefix ``resnetD-exitK``)."""
-        return tuple(arch for arch in self.archs if arch.startswith("static-") or arch in resnet.static_arch_names())
+        ResNets' (the plain ``resnetD``, the prefix ``resnetD-exitK``); for a subclass whose
+        archs are all routed (a :func:`~routing_rl.nets.routable.routable` net, say), the
+        ``static-<leaf>`` paths of its first (:meth:`RoutingTask.static_archs`)."""
+        own = tuple(arch for arch in self.archs if arch.startswith("static-") or arch in resnet.static_arch_names())
+        return own or super().static_archs()
 
     def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:
         if arch in resnet.arch_names():

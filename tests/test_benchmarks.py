@@ -24,6 +24,25 @@ def test_execution_benchmark_routes_as_designed():
     assert {"b1_dynamic_over_perfect", "b64_full_to_perfect", "batch1_dynamic_chain_over_static8"} <= set(result)
 
 
+def test_backbone_benchmark_times_the_resnet_three_ways_and_its_ideal_computes_each_exit():
+    import bench_backbone
+
+    result = bench_backbone.run(torch.device("cpu"), batch_sizes=(1, 8), repeats=1, min_examples=2, examples=16)
+    exits = result["exit_fraction_by_leaf"]
+    assert exits["exit1"] == pytest.approx(0.5, abs=0.1) and exits["exit3"] == pytest.approx(0.25, abs=0.1)
+    row = result["by_batch_size"][8]
+    assert row["mac_ratio"] > 1.3 and row["full_us_per_image"] > 0 and "b8_saving_on_clock" in result
+    assert bench_backbone.saving_on_clock(1.5, 1.5) == pytest.approx(1.0)
+    assert bench_backbone.saving_on_clock(1.2, 2.0) == pytest.approx((1 - 1 / 1.2) / 0.5)
+    net, ideal, x = bench_backbone.setup(torch.device("cpu"), 16, width=1)
+    routed = bench_backbone.dynamic(net, x)
+    for leaf_index in torch.unique(routed.leaf).tolist():
+        here = routed.leaf == leaf_index
+        with torch.no_grad():
+            logits = ideal[leaf_index](x[here]).logits[net.leaves[leaf_index]]
+        torch.testing.assert_close(logits, routed.logits[here], rtol=1e-4, atol=1e-5)
+
+
 def test_perfect_skipping_nets_compute_the_chain_exits():
     torch.manual_seed(0)
     net, plain_nets, x = bench_execution.setup(torch.device("cpu"), 16)

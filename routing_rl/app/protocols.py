@@ -210,3 +210,7 @@ def main(argv: list[str] | None = None, prog: str = "protocols.py") -> int:
     parser.add_argument("--title", default="", help="title of the figure and table")
     args = parser.parse_args(argv)
     return write_or_exit(parser, args.out, lambda: write_protocols(Path(args.run), args.routers, Path(args.out), args.title))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(prog="python -m routing_rl.app.protocols"))
