@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 import routing_rl  # noqa: F401  (registers the ids)
+from routing_rl.app.cli import _json_object, _non_negative_int, _Parser, _positive_int
 
 QUANTILES = (0.0, 0.01, 0.5, 0.99, 1.0)
 POLICIES = {
@@ -32,12 +33,13 @@ POLICIES = {
 
 
 def rollout(env: gym.Env, policy, steps: int, seed: int) -> dict:
-    """``steps`` steps of ``policy``: the reward and c_err statistics, and the wall time."""
+    """``steps`` steps of ``policy`` (more if no episode has ended by then: the c_err and return
+    statistics need one): the reward and c_err statistics, and the wall time."""
     rng = np.random.default_rng(seed)
     rewards, c_errs, returns, total = [], [], [], 0.0
     env.reset(seed=seed)
     start = time.perf_counter()
-    for _ in range(steps):
+    while len(rewards) < steps or not returns:
         _, reward, terminated, _, info = env.step(policy(env, rng))
         rewards.append(reward)
         total += reward
@@ -56,13 +58,18 @@ def rollout(env: gym.Env, policy, steps: int, seed: int) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="reward_scale.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("env_id")
-    parser.add_argument("--steps", type=int, default=20_000, help="steps per policy and phase")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON keywords for gym.make")
-    args = parser.parse_args()
+    parser.add_argument("--steps", type=_positive_int, default=20_000,
+                        help="steps per policy and phase, more if no episode has ended by then (default: 20000)")
+    parser.add_argument("--seed", type=_non_negative_int, default=0)
+    parser.add_argument("--env-kwargs", type=_json_object, default={}, help="JSON keywords for gym.make")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     trained = None
     for name, policy in POLICIES.items():
         env = gym.make(args.env_id, seed=args.seed, **args.env_kwargs)

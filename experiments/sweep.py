@@ -34,7 +34,8 @@ def main() -> int:
                         help="learning rate of the static nets, or 'auto' to choose it on validation (default: the preset's)")
     parser.add_argument("--lr-candidates", nargs="*", type=float, default=list(LR_CANDIDATES),
                         help=f"learning rates --static-lr auto tries, preferred first on a tie (default: {LR_CANDIDATES})")
-    parser.add_argument("--lr-iterations", type=int, default=400, help="iterations of each --static-lr auto trial (default: 400)")
+    parser.add_argument("--lr-iterations", type=int, default=None,
+                        help="iterations of each --static-lr auto trial (default: 400, or the runs' iterations when fewer)")
     parser.add_argument("--select-static-lr", action="store_true", help="only choose the static nets' learning rate and print it")
     parser.add_argument("--seeds", nargs="*", type=int, default=[0], help="seeds (default: 0)")
     parser.add_argument("--env", default=None, help="routing task id, or PKG.MODULE:TaskId-v0 (default: routing_rl/HybridRouting-v0)")

@@ -131,6 +131,24 @@ def test_the_zoo_hyperparameters_build_their_algorithm_on_every_listed_env(datas
             assert model.n_steps >= len(env.unwrapped.net.junctions), "n_steps must cover the longest episode"
 
 
+def test_the_benchmark_reports_its_progress_while_an_algorithm_trains(tiny_data, tmp_path, monkeypatch, capsys):
+    """Issue 48: it was silent for the whole training (17 minutes per run); now the training
+    runs' one-line records (as train_agent.py's), counted in environment steps, on stderr."""
+    yaml = pytest.importorskip("yaml")
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ROUTING_RL_PROGRESS_SECONDS", "1e-9")  # a line at every step
+    entry = {"n_timesteps": 32, "policy": "MlpPolicy", "gamma": 1.0, "n_steps": 16, "batch_size": 16, "n_epochs": 1,
+             "policy_kwargs": "dict(net_arch=[8])",
+             "env_kwargs": {"dataset": "hybrid", "data_dir": str(tiny_data), "download": False, "max_error_cost": 5.0,
+                            "joint": {"batch_size": 4}}}
+    (tmp_path / "ppo.yml").write_text(yaml.safe_dump({"routing_rl/HybridRouting-v0": entry}))
+    record = rl_benchmark.benchmark("ppo", "routing_rl/HybridRouting-v0", seed=0, episodes=3, folder=tmp_path)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines and all(line.startswith("progress ppo seed 0 | step ") for line in lines), lines[:3]
+    assert lines[-1].startswith("progress ppo seed 0 | step 32/32 (100%) | ") and "images/s" in lines[-1]
+    assert record["n_timesteps"] == 32 and record["episodes"] == 3
+
+
 SMALL_BUDGET = 8_000
 """Environment steps per agent in the slow test (the ymls give DQN 100,000 and PPO 60,000; docs/rl-benchmark.md)."""
 

@@ -300,3 +300,124 @@ def test_an_unrelated_error_while_saving_is_not_swallowed(tmp_path, monkeypatch)
     monkeypatch.setattr(cache.torch, "save", lambda obj, stream: (_ for _ in ()).throw(RuntimeError("a bug")))
     with pytest.raises(RuntimeError, match="a bug"):
         cache.save_entry(tmp_path / "c" / "entry.pt", {"x": torch.zeros(1)})
+
+
+# --- the tools' own flags: one line, exit status 2, before any work (issue 48) ----------------
+
+
+def one_line_exit(run, capsys) -> str:
+    """``run()`` exits with status 2 and one line on stderr: that line."""
+    with pytest.raises(SystemExit) as exit_info:
+        run()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1, err
+    return err[0]
+
+
+def suite_args(tmp_path, *extra):
+    """A suite command that would fail on its missing data if it started training."""
+    (tmp_path / "no-data").mkdir(exist_ok=True)
+    return ["--agent", "actor", "--tasks", "hybrid", "--preset", "smoke", "--workers", "0", "--download", "false",
+            "--data-dir", str(tmp_path / "no-data"), "--logdir", str(tmp_path / "runs"), *extra]
+
+
+@pytest.mark.parametrize("pair, flag", [
+    ("seed=1", "--seeds"), ("k_cpt=1e-9", "--k-cpts"), ("agent=critic", "--agent"), ("preset=quick", "--preset"),
+    ("logdir=elsewhere", "--logdir"), ("static_lr=0.1", "--static-lr"), ("device=cpu", "--device"),
+    ("lr=abc", "--static-lr (static nets and threshold) or --learner-set lr=VALUE (learners)"),
+    ("validation_fraction=0.2", "--validation-fraction"),
+])
+def test_suite_set_refuses_a_field_the_suite_sets_and_names_its_flag(pair, flag, tmp_path, capsys):
+    from routing_rl.app import suite
+
+    assert suite.main(suite_args(tmp_path, "--set", pair)) == 2
+    field = pair.split("=")[0]
+    assert capsys.readouterr().err.strip() == f"suite.py: error: --set {field}: the suite sets it from {flag}; give it there"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_suite_set_refuses_run_names(tmp_path, capsys):
+    from routing_rl.app import suite
+
+    assert suite.main(suite_args(tmp_path, "--set", "run_name=mine")) == 2
+    assert capsys.readouterr().err.strip() == "suite.py: error: --set run_name: the suite names every run itself; drop it"
+
+
+@pytest.mark.parametrize("where, message", [
+    ("folder", "is a folder, not a file; choose another --json"),
+    ("afile/suite.json", "lies under"),
+])
+def test_suite_checks_its_json_path_before_training(where, message, tmp_path, capsys):
+    from routing_rl.app import suite
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("mine")
+    assert suite.main(suite_args(tmp_path, "--json", str(tmp_path / where))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--json {tmp_path / where} {message}" in err[0]
+    assert not (tmp_path / "runs").exists() and (tmp_path / "afile").read_text() == "mine"
+
+
+def test_suite_checks_the_learners_settings_before_the_static_nets_train(tmp_path, capsys):
+    from routing_rl.app import suite
+
+    assert suite.main(suite_args(tmp_path, "--learner-set", "lr=abc")) == 2
+    assert capsys.readouterr().err.strip() == "suite.py: error: lr must be a number or null, got 'abc'"
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("fraction", ["nan", "1", "inf"])
+def test_a_validation_fraction_out_of_range_is_named(fraction, tmp_path, capsys):
+    err = one_line_exit(lambda: train_main(["--preset", "smoke", "--validation-fraction", fraction,
+                                            "--logdir", str(tmp_path)]), capsys)
+    assert err == f"train_agent.py: error: validation_fraction must be in (0, 1), got {float(fraction)}"
+
+
+@pytest.fixture(scope="module")
+def experiments():
+    sys.path.insert(0, str(REPO / "experiments"))
+    import reward_scale
+    import rl_benchmark
+
+    yield {"rl_benchmark": rl_benchmark, "reward_scale": reward_scale}
+    sys.path.remove(str(REPO / "experiments"))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--episodes", "0"], "argument --episodes: expected a positive integer, got '0'"),
+    (["--n-timesteps", "0"], "argument --n-timesteps: expected a positive integer, got '0'"),
+    (["--seeds", "0", "4294967295"], "argument --seeds: expected an integer in 0 ... 4294967294, got '4294967295'"),
+])
+def test_the_rl_benchmark_refuses_empty_budgets_before_training(flags, message, experiments, capsys, monkeypatch):
+    monkeypatch.setattr(experiments["rl_benchmark"], "benchmark", lambda *a, **k: pytest.fail("trained"))
+    assert one_line_exit(lambda: experiments["rl_benchmark"].main(flags), capsys) == f"rl_benchmark.py: error: {message}"
+
+
+def test_reward_scale_refuses_zero_steps_and_ends_an_episode_for_a_few(experiments, tiny_data, tmp_path, capsys,
+                                                                     monkeypatch):
+    main = experiments["reward_scale"].main
+    assert one_line_exit(lambda: main([ENV_ID, "--steps", "0"]), capsys) == (
+        "reward_scale.py: error: argument --steps: expected a positive integer, got '0'")
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    main([ENV_ID, "--steps", "3", "--env-kwargs", json.dumps({"data_dir": str(tiny_data), "download": False})])
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(records) == 6 and all(r["episodes"] >= 1 for r in records)  # the deepest exit takes 7 steps
+    deepest = [r for r in records if r["policy"] == "deepest"]
+    assert all(r["episodes"] == 1 and r["c_err_quantiles"]["1.0"] >= 0 for r in deepest)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--batch-size", "99999999", "--out", "{tmp}/p.json"], "--batch-size 99999999 needs about"),
+    (["--out", "{tmp}/afile/p.json"], "--out {tmp}/afile/p.json lies under {tmp}/afile, which is a file"),
+    (["--out", "{tmp}"], "--out {tmp} is a folder, not a file; choose another --out"),
+])
+def test_profile_latency_refuses_what_it_cannot_time_or_write_before_timing(flags, message, tmp_path, capsys,
+                                                                            monkeypatch):
+    from routing_rl.training import footprint
+
+    (tmp_path / "afile").write_text("mine")
+    monkeypatch.setattr(footprint, "available_bytes", lambda device: 8 * 2**30)  # this machine's free memory aside
+    monkeypatch.setattr(latency, "profile_latency", lambda *a, **k: pytest.fail("timed"))
+    err = one_line_exit(lambda: latency.profile_main([f.format(tmp=tmp_path) for f in flags]), capsys)
+    assert err.startswith("profile_latency.py: error: ") and message.format(tmp=tmp_path) in err
+    assert (tmp_path / "afile").read_text() == "mine" and not (tmp_path / "p.json").exists()

@@ -285,3 +285,49 @@ def test_a_ray_worker_killed_mid_run_is_retried_and_resumes_to_the_uninterrupted
     assert not (run_dir / "run.lock").exists()
     uninterrupted = run_sweep(long_configs(tiny_data, tmp_path / "uninterrupted", k_cpts=[4e-9]), lambda line: None)
     assert results(finished["run_dirs"]) == results(uninterrupted)
+
+
+# --- the smoke preset shrinks every part of a sweep (issue 48) ----------------------------------
+
+
+def fake_sweep(trained: list):
+    """A run_sweep that records the configs and gives each run the validation accuracy of its lr."""
+    def run(configs, log, **backend):
+        trained.extend(configs)
+        for config in configs:
+            run_dir = Path(config.logdir) / config.run_name
+            run_dir.mkdir(parents=True)
+            (run_dir / "metrics.json").write_text(json.dumps({"history": [{"evaluations": [{"accuracy": config.lr}]}]}))
+        return [Path(config.logdir) / config.run_name for config in configs]
+
+    return run
+
+
+@pytest.mark.parametrize("preset, overrides, trial", [
+    ("smoke", {}, 20),  # the preset's own length, not 400 (23-24 s per static-8 trial)
+    ("smoke", {"iterations": 6}, 6),
+    ("quick", {}, 400),
+    ("quick", {"iterations": 100}, 100),
+])
+def test_learning_rate_trials_are_never_longer_than_the_runs_they_choose_for(preset, overrides, trial, tmp_path,
+                                                                             monkeypatch):
+    from routing_rl.app import sweep
+
+    trained = []
+    monkeypatch.setattr(sweep, "run_sweep", fake_sweep(trained))
+    assert sweep.select_static_lr((0.02, 0.1), preset=preset, log=lambda line: None, logdir=str(tmp_path),
+                                  **overrides) == 0.1
+    assert [(c.arch, c.iterations, c.eval_every) for c in trained] == [("static-8", trial, trial)] * 2
+    assert sweep.lr_trial_iterations(preset, overrides.get("iterations")) == trial
+
+
+def test_a_smoke_suite_chooses_its_static_learning_rate_with_smoke_trials(tmp_path, monkeypatch, capsys):
+    from routing_rl.app import suite, sweep
+
+    trained = []
+    monkeypatch.setattr(sweep, "run_sweep", fake_sweep(trained))
+    monkeypatch.setattr(suite, "train_static", lambda *a, **k: (_ for _ in ()).throw(RunError("stopped after the trials")))
+    assert suite.main(["--agent", "actor", "--tasks", "hybrid", "--preset", "smoke", "--static-lr", "auto",
+                       "--workers", "0", "--logdir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == "suite.py: error: stopped after the trials"
+    assert len(trained) == 4 and {c.iterations for c in trained} == {20}

@@ -38,12 +38,14 @@ from routing_rl.app.runs import load_run, prepare_data, resolve_device
 from routing_rl.core.execution import dynamic, route
 from routing_rl.core.k_cpt import CostModel, eval_values
 from routing_rl.core.latency import latency_cost, profile_latency
+from routing_rl.core.files import file_problem
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.oracle import PathPolicy, leaf_correct, oracle_leaves
 from routing_rl.data import DataNotFoundError
 from routing_rl.nets.multiscale import build
 from routing_rl.training.config import TrainConfig
 from routing_rl.training.cost import COST_FILE, run_cost_model, write_cost_model
+from routing_rl.training.footprint import check_fits
 from routing_rl.training.evaluate import evaluate
 
 TOLERANCE = 0.005
@@ -234,10 +236,17 @@ def profile_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="device (default: cpu)")
     parser.add_argument("--out", required=True, help="JSON file to write (give it to --latency-profile)")
     args = parser.parse_args(argv)
+    problem = file_problem(Path(args.out))
+    if problem:  # before the timing, not after
+        parser.exit(2, f"{parser.prog}: error: --out {problem}; choose another --out\n")
     try:
-        net = build(args.arch, args.width, args.classes, k_cpt_input=args.k_cpt_input).to(resolve_device(args.device))
+        device = resolve_device(args.device)
+        make = lambda width: build(args.arch, width, args.classes, k_cpt_input=args.k_cpt_input)  # noqa: E731
+        check_fits(TrainConfig(arch=args.arch, width=args.width, k_cpt="dynamic" if args.k_cpt_input else 4e-9),
+                   make, device, batch_size=args.batch_size)
+        net = make(args.width).to(device)
         model = latency_cost(net, profile_latency(net, args.batch_size, repeats=args.repeats))
-    except ValueError as error:
+    except (ValueError, MemoryError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     write_cost_model(Path(args.out), model)
     print(json.dumps({name: round(cost) for name, cost in model.node.items()}, indent=1))

@@ -42,7 +42,8 @@ from routing_rl.app.figures import check_out_folder, write_figures
 from routing_rl.app.plots import accuracy_macs_figure
 from routing_rl.app.runs import METRICS_FILE, RunError, final_validation_accuracy, has_checkpoint, read_run
 from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, add_schedule_arguments, backend,
-                                  exit_status, run_sweep, schedule_fields, select_static_lr, sweep_configs)
+                                  exit_status, lr_trial_iterations, run_sweep, schedule_fields, select_static_lr,
+                                  sweep_configs)
 from routing_rl.core.memory import retain_freed_memory
 from routing_rl.nets.multiscale import build
 from routing_rl.training.config import PRESET_VALUES, TrainConfig
@@ -713,7 +714,8 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
                         help="static nets' learning rate; several: each net trains at each, and the one with the best "
                              "validation accuracy is its point; auto: one chosen on validation per dataset and width "
                              "(default)")
-    parser.add_argument("--lr-iterations", type=int, default=400, help="iterations of each --static-lr auto trial (default: 400)")
+    parser.add_argument("--lr-iterations", type=int, default=None,
+                        help="iterations of each --static-lr auto trial (default: 400, or the runs' iterations when fewer)")
     parser.add_argument("--data-dir", default=None, help="folder with your data copies")
     parser.add_argument("--device", default="auto", help="torch device (default: auto)")
     parser.add_argument("--logdir", default="runs/paper", help="folder of the run folders (default: runs/paper)")
@@ -740,7 +742,7 @@ def schedule_flags(args) -> list[str]:
         flags += ["--widths", *map(str, args.widths)]
     if args.static_lr != "auto":
         flags += ["--static-lr", *(f"{lr:g}" for lr in args.static_lr)]
-    elif args.lr_iterations != 400:
+    elif args.lr_iterations is not None:
         flags += ["--lr-iterations", str(args.lr_iterations)]
     if args.set:
         flags += ["--set", *args.set]
@@ -780,7 +782,8 @@ def _reproduce(args, prog: str) -> int:
                 state = "complete" if (run_dir / METRICS_FILE).is_file() else "resume" if has_checkpoint(run_dir, config) else "new"
                 print(f"  {series.folder}/{config.run_name}  ({series.label}, {state})")
         if args.static_lr == "auto":
-            print(f"plus {len(statics) * len(LR_CANDIDATES)} learning-rate trials of {args.lr_iterations} iterations "
+            trial = args.lr_iterations or lr_trial_iterations(args.preset, machine.get("iterations"))
+            print(f"plus {len(statics) * len(LR_CANDIDATES)} learning-rate trials of {trial} iterations "
                   f"(static-8 at {', '.join(f'{lr:g}' for lr in LR_CANDIDATES)}) in {', '.join(statics)}")
         print("\n".join(budget_table(rows)))
         return 0

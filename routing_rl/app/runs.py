@@ -111,8 +111,9 @@ def task_for(config: TrainConfig | dict) -> RoutingTask:
                                 for name in ("env", "dataset", "data_dir", "download", "train_examples",
                                              "eval_examples", "validation_fraction")})
     dataset = {"dataset": config.dataset} if config.dataset is not None else {}
-    train_examples = (None if config.train_examples is None
-                      else math.ceil(config.train_examples / (1 - config.validation_fraction)))
+    fraction = config.validation_fraction
+    held_out = fraction if isinstance(fraction, (int, float)) and 0 < fraction < 1 else 0  # else refused by validate()
+    train_examples = None if config.train_examples is None else math.ceil(config.train_examples / (1 - held_out))
     optional = {"data_dir": config.data_dir, "download": config.download, "train_examples": train_examples,
                 "eval_examples": config.eval_examples}
     try:

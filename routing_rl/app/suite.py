@@ -37,7 +37,7 @@ from routing_rl.app.runs import METRICS_FILE, RunError, final_validation_accurac
 from routing_rl.app.sweep import (LR_CANDIDATES, add_backend_arguments, add_schedule_arguments, backend, exit_status,
                                   fields, run_sweep, schedule_fields, select_static_lr, static_lr_flag, sweep_configs)
 from routing_rl.app.summary import SOURCE_NAMES, best_single_exit, inference_cost
-from routing_rl.core.files import atomic_write_text
+from routing_rl.core.files import atomic_write_text, file_problem
 from routing_rl.core.memory import retain_freed_memory
 from routing_rl.data import DataNotFoundError
 from routing_rl.data.datasets import DATASETS
@@ -50,6 +50,12 @@ WHERE_ONLY = ("device", "data_dir", "download")
 """Config fields that say where runs train and find their data, not how: left out of the results."""
 SUITE_OWNED = ("agent", "policy", "k_cpt", "seed", "dataset", "env", "logdir", "run_name")
 """Config fields the suite sets per run itself; ``--learner-set`` refuses them."""
+SET_BY_FLAG = {"agent": "--agent", "policy": "--policy", "k_cpt": "--k-cpts", "seed": "--seeds", "dataset": "--tasks",
+               "env": "--tasks", "logdir": "--logdir", "preset": "--preset", "static_lr": "--static-lr",
+               "lr": "--static-lr (static nets and threshold) or --learner-set lr=VALUE (learners)",
+               "device": "--device", "data_dir": "--data-dir", "download": "--download",
+               "validation_fraction": "--validation-fraction"}
+"""Fields ``--set`` refuses, each with the flag that sets it (``run_name``: the suite names its runs)."""
 STATIC_LRS = (0.1, 0.02)
 """The static nets' learning rates by default, each net's point the better on validation: one
 rate for every net starves some of them (docs/suite.md, "The static frontier")."""
@@ -193,7 +199,7 @@ def average(points: list[dict]) -> dict:
 
 def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Sequence[float] = (4e-9,), seeds: Sequence[int] = (0,),
               preset: str = "quick", policy: str | None = None, static_lr: Sequence[float] | str = STATIC_LRS,
-              lr_candidates: Sequence[float] = LR_CANDIDATES, lr_iterations: int = 400, logdir: str = "runs/suite",
+              lr_candidates: Sequence[float] = LR_CANDIDATES, lr_iterations: int | None = None, logdir: str = "runs/suite",
               log: Callable = print, backend: dict | None = None, learner_fields: dict | None = None, **machine) -> dict:
     """Train and judge each of ``agents`` over ``tasks`` (see the module docstring); the
     results, JSON-ready, a row per (task, learner, k_cpt). The learners share the static nets
@@ -215,6 +221,8 @@ def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Seque
                        "(--agent, --policy, --k-cpts, --seeds, --tasks and --logdir choose them)")
     backend = backend or {}
     where = {task: dict(machine, dataset=task, logdir=str(Path(logdir) / task)) for task in tasks}
+    for task in tasks:  # the learners' settings checked before the static nets train, not after
+        sweep_configs(agents, k_cpts, seeds, preset=preset, policy=policy, **{**where[task], **learner_fields})
     lr_of = {}
     for task in tasks:
         if static_lr == "auto":
@@ -315,7 +323,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                              f"(default: {' '.join(map(str, STATIC_LRS))})")
     parser.add_argument("--lr-candidates", nargs="+", type=float, default=list(LR_CANDIDATES),
                         help=f"learning rates --static-lr auto tries (default: {' '.join(map(str, LR_CANDIDATES))})")
-    parser.add_argument("--lr-iterations", type=int, default=400, help="iterations of each --static-lr auto trial (default: 400)")
+    parser.add_argument("--lr-iterations", type=int, default=None,
+                        help="iterations of each --static-lr auto trial (default: 400, or the runs' iterations when fewer)")
     parser.add_argument("--logdir", default="runs/suite", help="folder of the runs, one subfolder per task (default: runs/suite)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     parser.add_argument("--device", default="auto", help="torch device (default: auto)")
@@ -335,7 +344,21 @@ def main(argv: list[str] | None = None, prog: str = "suite.py") -> int:
     return exit_status(prog, lambda: _suite(args, prog, argv))
 
 
+def check_set_fields(schedule: dict) -> None:
+    """RunError naming the flag to use when ``--set`` gives a field the suite sets from its own flags."""
+    for name in schedule:
+        if name == "run_name":
+            raise RunError("--set run_name: the suite names every run itself; drop it")
+        if name in SET_BY_FLAG:
+            raise RunError(f"--set {name}: the suite sets it from {SET_BY_FLAG[name]}; give it there")
+
+
 def _suite(args, prog: str, argv: list[str] | None) -> int:
+    if args.json:
+        problem = file_problem(Path(args.json))
+        if problem:  # before hours of training, not after
+            raise RunError(f"--json {problem}; choose another --json")
+    check_set_fields(fields(args.set))
     agents = list(dict.fromkeys(AGENT_ALIASES.get(agent, agent) for agent in args.agent))
     if "static" in agents:
         raise RunError("the suite trains the static nets itself; give learners with --agent")

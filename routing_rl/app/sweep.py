@@ -27,6 +27,9 @@ from routing_rl.training.interrupt import Interrupted, handling_signals
 
 LR_CANDIDATES = (0.1, 0.05, 0.02, 0.01)
 """Learning rates :func:`select_static_lr` tries, in order of preference on a tie."""
+LR_TRIAL_ITERATIONS = 400
+"""Iterations of each learning-rate trial of :func:`select_static_lr`, unless the runs it chooses
+for are shorter (:func:`lr_trial_iterations`)."""
 IGNORED_IN_COMPARISON = (*RESUME_OVERRIDES, "logdir")
 """Fields that may differ between a saved run and the requested one: the machine's, and
 the logdir's spelling (the run folder is the same)."""
@@ -169,9 +172,15 @@ def run_sweep(configs: list[TrainConfig], log=print, workers: int = 0, ray: bool
     return [run_dir for run_dir, _ in planned]
 
 
+def lr_trial_iterations(preset: str, iterations: int | None = None) -> int:
+    """Iterations of each learning-rate trial: :data:`LR_TRIAL_ITERATIONS`, or the runs' own
+    (``iterations``, else the preset's) when fewer, so that a ``smoke`` sweep's trials are smoke runs too."""
+    return min(LR_TRIAL_ITERATIONS, iterations or make_config(preset).iterations)
+
+
 def select_static_lr(
     candidates: Sequence[float] = LR_CANDIDATES,
-    trial_iterations: int = 400,
+    trial_iterations: int | None = None,
     columns: int = 8,
     preset: str = "cpu-small",
     seed: int = 0,
@@ -181,8 +190,9 @@ def select_static_lr(
 ) -> float:
     """The static nets' learning rate, chosen on the validation split (never the test split).
 
-    ``static-{columns}`` is trained for ``trial_iterations`` at each candidate and evaluated once at
-    the end (``iterations`` and ``eval_every`` among ``overrides`` are the real runs', not the trials'), as runs named
+    ``static-{columns}`` is trained for ``trial_iterations`` (default: :func:`lr_trial_iterations`) at each
+    candidate and evaluated once at the end (``iterations`` and ``eval_every`` among ``overrides`` are the real
+    runs', not the trials'), as runs named
     ``lrsel-static-{columns}-lr{lr:g}`` that :func:`run_sweep` skips or resumes like any
     other (``backend``: :func:`run_sweep`'s ``workers``, ``ray``, ``runs_per_gpu``); the
     candidate with the best final validation accuracy wins, a tie going to the candidate
@@ -191,6 +201,8 @@ def select_static_lr(
     if not candidates:
         raise ValueError("give at least one learning rate to choose from")
     task = task_for(overrides)
+    if trial_iterations is None:
+        trial_iterations = lr_trial_iterations(preset, overrides.get("iterations"))
     configs = []
     for lr in candidates:
         config = make_config(preset, task.all_archs(), task.static_archs(), agent="static", arch=f"static-{columns}", lr=lr, seed=seed,

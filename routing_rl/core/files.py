@@ -54,6 +54,20 @@ def folder_problem(path: Path) -> str | None:
     return f"{path} lies under {existing}, which is a file, not a folder"
 
 
+def file_problem(path: Path) -> str | None:
+    """Why a file cannot be written at ``path`` — it is a folder, a path above it is a file, or
+    the nearest existing folder above it is not writable — or None when it can."""
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder, not a file"
+    existing = next(p for p in path.parents if p.exists())
+    if not existing.is_dir():
+        return f"{path} lies under {existing}, which is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{path} cannot be written: {existing} is not writable"
+    return None
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     atomic_write(path, lambda stream: stream.write(text.encode()))
