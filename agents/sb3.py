@@ -73,12 +73,15 @@ from pathlib import Path
 import numpy as np
 import torch
 from routing_rl.agents.sb3_callbacks import (
+    EVALUATIONS_FILE,
+    PROGRESS_FILE,
     EveryIterations,
     ImageBudget,
     IterationCheckpoint,
     IterationLogger,
     StopBetweenSteps,
     ProgressCallback,
+    RunEvaluation,
     TrainingCharts,
     Validation,
 )
@@ -92,7 +95,7 @@ from routing_rl.envs.traffic import SideExits
 from routing_rl.envs.task import RoutingTask, task_from_env
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList, EvalCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.vec_env import VecMonitor
 
 from routing_rl.training.config import SB3_AGENTS, TrainConfig
@@ -101,7 +104,7 @@ from routing_rl.core.k_cpt import CostModel, eval_values
 from routing_rl.core.seeds import manual_seed
 from routing_rl.training.checkpoint import CheckpointError
 from routing_rl.training.guard import NonFiniteLossError, diverged
-from routing_rl.training.interrupt import Interrupted, stop_between_steps
+from routing_rl.training.interrupt import Interrupted, stop_between_steps, stop_requested
 from routing_rl.training.monitor import Progress
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.training.evaluate import evaluate
@@ -126,7 +129,7 @@ STAND_IN_ENVS = 8
 """Envs of the stand-in vector env :func:`check_sb3_kwargs` builds SB3's model on."""
 PROBE_EXAMPLES = 64
 """Validation examples run through the net to tell a diverged feature network from a bug."""
-RUN_FILES = (HISTORY_FILE, MODEL_FILE, "best_model.zip", "evaluations.npz", "progress.csv", f"{CHECKPOINTS}/*_iterations.zip",
+RUN_FILES = (HISTORY_FILE, MODEL_FILE, "best_model.zip", EVALUATIONS_FILE, PROGRESS_FILE, f"{CHECKPOINTS}/*_iterations.zip",
              f"{CHECKPOINTS}/*_iterations{STATE_SUFFIX}")
 """What an SB3 run writes into its run directory (glob patterns), beside the TensorBoard files."""
 CHECKPOINT_NAME = re.compile(r"^.+_(\d+)_iterations\.zip$")
@@ -260,11 +263,35 @@ class RoutingDQN(RoutedNetSaving, DQN):
         return [*super()._excluded_save_params(), "_side_exits"]
 
 
-class RoutingPPO(RoutedNetSaving, PPO):
+class ResumableRollouts:
+    """Mixin for SB3's on-policy algorithms: a rollout that a signal stopped part way
+    (:class:`~routing_rl.agents.sb3_callbacks.StopBetweenSteps`) goes on where it stopped once
+    :func:`~routing_rl.agents.sb3_resume.restore_resume_state` has put its steps back into the
+    rollout buffer and set :attr:`resumed_steps`; SB3 would empty the buffer and collect
+    ``n_steps`` afresh."""
+
+    resumed_steps = 0
+    """Steps of the rollout in the buffer that the next :meth:`collect_rollouts` completes."""
+
+    def collect_rollouts(self, env, callback, rollout_buffer, n_rollout_steps: int) -> bool:
+        done, self.resumed_steps = self.resumed_steps, 0
+        if not done:
+            return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        rollout_buffer.reset = lambda: None  # SB3 empties the buffer first: keep the steps put back
+        try:
+            return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps - done)
+        finally:
+            del rollout_buffer.reset
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "resumed_steps"]
+
+
+class RoutingPPO(ResumableRollouts, RoutedNetSaving, PPO):
     """SB3's PPO, whose saved zip also holds the routed net and its feature trainer."""
 
 
-class RoutingA2C(RoutedNetSaving, A2C):
+class RoutingA2C(ResumableRollouts, RoutedNetSaving, A2C):
     """SB3's A2C, whose saved zip also holds the routed net and its feature trainer."""
 
 
@@ -545,6 +572,16 @@ def check_identity(path: Path, routing: dict) -> None:
                            "resume the run it came from, or start this one again with --overwrite")
 
 
+def step_bound(images: int, n_envs: int, junctions: int) -> int:
+    """Environment steps (transitions) within which a vector env of ``n_envs`` finishes
+    ``images`` more episodes of at most ``junctions`` steps each: every env finishes one at
+    least every ``junctions`` vector steps, the episodes in flight too however far along they
+    are, so ``ceil(images / n_envs)`` such rounds finish them all, while all ``n_envs`` envs
+    step. (Counting only the images' own steps is short when more envs are in flight than
+    images are left: the others step too.)"""
+    return -(-images // n_envs) * junctions * n_envs
+
+
 def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: Path, device: torch.device,
               callbacks: Sequence[BaseCallback] = (), resume: bool = False,
               cost: CostModel | None = None, figures: Callable[[dict], dict] | None = None,
@@ -605,16 +642,15 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
                                          routing=routing, seed=config.seed, device=device, **copy.deepcopy(kwargs))
         history = []
     model.iterations = config.iterations
-    model.set_logger(IterationLogger(str(run_dir), ["csv", "tensorboard"], lambda: trainer.updates,
-                                     purge_step=trainer.updates + 1 if resume else None))
+    model.set_logger(IterationLogger(str(run_dir), lambda: trainer.updates, trainer.updates if resume else None))
 
     k_cpts = eval_values(config.k_cpt)
     progress = Progress(config.iterations, trainer.updates, f"{config.agent} {config.arch}")
     validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),
                                      history_path, lambda: trainer.updates, history, task, progress, figures)
-    evaluation = EvalCallback(eval_env, n_eval_episodes=min(len(validation), 500), eval_freq=1,
-                              best_model_save_path=str(run_dir), log_path=str(run_dir),
-                              callback_after_eval=validation_callback, verbose=0)
+    evaluation = RunEvaluation(eval_env, run_dir / EVALUATIONS_FILE, model.num_timesteps if resume else None,
+                               n_eval_episodes=min(len(validation), 500), eval_freq=1, best_model_save_path=str(run_dir),
+                               callback_after_eval=validation_callback, verbose=0)
     callback = CallbackList([
         TrainingCharts(trainer),
         ProgressCallback(trainer, progress),
@@ -623,18 +659,19 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
                         IterationCheckpoint(trainer, str(run_dir / CHECKPOINTS), config.agent)),
         *callbacks,
         ImageBudget(trainer, config.iterations),
-        StopBetweenSteps(trainer),
+        stop := StopBetweenSteps(trainer),
     ])
     if loaded_from is not None:
         restore_resume_state(loaded_from, model, eval_env, evaluation)
-    # an upper bound on the environment steps of the budget (every path at its longest);
-    # ImageBudget ends learn() when the images are spent
-    bound = (config.iterations - trainer.updates) * config.batch_size * len(net.junctions) + n_envs
+    # ImageBudget ends learn() when the images are spent, before this bound
+    bound = step_bound((config.iterations - trainer.updates) * config.batch_size, n_envs, len(net.junctions))
     with stop_between_steps():  # a signal while the checkpoint is written waits for both its files
         try:
             if trainer.updates < config.iterations:
                 log_interval = n_envs if config.agent == "dqn" else 1  # DQN counts episodes, PPO/A2C rollouts
                 model.learn(bound, callback=callback, log_interval=log_interval, reset_num_timesteps=not resume)
+            if stop_requested():  # during the rollout that spent the budget: stopped all the same, as the learners do
+                raise Interrupted(stop_requested(), trainer.updates)
             done = validation_callback.history
             if trainer.updates and (not done or done[-1]["iteration"] < trainer.updates):  # judged at the last iteration too
                 validation_callback.init_callback(model)
@@ -651,6 +688,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
                                               "observation bound) or became non-finite", trainer.updates, trainer.lr(),
                                               "the checkpoints in checkpoints/ are kept")) from None
         finally:
+            stop.close()
             progress.close()
             model.logger.close()
     model.save(run_dir / MODEL_FILE)

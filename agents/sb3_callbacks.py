@@ -18,33 +18,48 @@
   ``{prefix}_{iteration}_iterations.zip``.
 * :class:`ImageBudget` — ends ``learn()`` once the feature trainer has taken ``iterations`` steps.
 * :class:`StopBetweenSteps` — raises :class:`~routing_rl.training.interrupt.Interrupted` at
-  the start of a rollout once Ctrl-C or SIGTERM asked for a stop: a clean point to save.
+  the next clean point once Ctrl-C or SIGTERM asked for a stop: the start of a rollout, and
+  for PPO and A2C of each environment step within one.
 * :class:`ProgressCallback` — the run's :class:`~routing_rl.training.monitor.Progress` (a bar
   on a terminal, periodic lines elsewhere), stepped by the feature trainer's iterations.
 * :class:`IterationLogger` — SB3's logger, writing every record at the iteration, so that
-  TensorBoard's step axis is the same for SB3 agents and the paper's learners.
+  TensorBoard's step axis is the same for SB3 agents and the paper's learners; its
+  ``progress.csv`` (:class:`RunCSV`) and :class:`RunEvaluation`'s ``evaluations.npz`` are
+  never written in place, and a resumed run keeps their earlier part.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import os
+import zipfile
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from routing_rl.envs.joint import FeatureTrainer
-from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EventCallback
-from stable_baselines3.common.logger import Figure, Logger, TensorBoardOutputFormat, make_output_format
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EvalCallback, EventCallback
+from stable_baselines3.common.logger import CSVOutputFormat, Figure, Logger, TensorBoardOutputFormat
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from torch.utils.hooks import RemovableHandle
 from torch.utils.tensorboard import SummaryWriter
 
-from routing_rl.core.files import atomic_write_text
+from routing_rl.core.files import atomic_write, atomic_write_text
 from routing_rl.data import Split
+from routing_rl.training.checkpoint import CheckpointError
 from routing_rl.training.evaluate import evaluate
 from routing_rl.training.interrupt import Interrupted, stop_requested
 from routing_rl.core.execution import Decide
 from routing_rl.core.graph import RoutedNet
 from routing_rl.training.monitor import Progress, evaluation_scalars
+
+PROGRESS_FILE = "progress.csv"
+EVALUATIONS_FILE = "evaluations.npz"
+ITERATION = "iteration"
+"""The column of ``progress.csv`` holding each row's iteration (TensorBoard's step)."""
 
 
 class TrainingCharts(BaseCallback):
@@ -149,22 +164,42 @@ class ImageBudget(BaseCallback):
 
 
 class StopBetweenSteps(BaseCallback):
-    """Raises :class:`~routing_rl.training.interrupt.Interrupted` when a rollout starts after a
-    signal asked for a stop: SB3 has finished the previous training and not begun the next
-    environment step, so nothing is half done (``on_step`` comes between an environment step
-    and the storing of its transition). For DQN a rollout is one vector step, for PPO and A2C
-    ``n_steps`` of them."""
+    """Raises :class:`~routing_rl.training.interrupt.Interrupted` at the first clean point
+    after a signal asked for a stop: SB3 has stored the last environment step (and trained on
+    it, if it trains then) and has drawn nothing for the next. ``on_step`` is no such point:
+    it comes between an environment step and the storing of its transition.
+
+    Such points are the start of a rollout (DQN's rollout is one vector step) and, in PPO's
+    and A2C's rollouts of ``n_steps`` vector steps, the policy's forward pass that picks each
+    step's actions (a forward pre-hook, while ``learn()`` runs; their ``predict`` and training
+    do not call the policy itself). A rollout stopped part way is saved and continued
+    (:mod:`~routing_rl.agents.sb3_resume`)."""
 
     def __init__(self, trainer: FeatureTrainer):
         super().__init__()
         self.trainer = trainer
+        self.hook: RemovableHandle | None = None
+
+    def _on_training_start(self) -> None:
+        if isinstance(self.model, OnPolicyAlgorithm):
+            self.hook = self.model.policy.register_forward_pre_hook(lambda module, args: self._on_rollout_start())
 
     def _on_step(self) -> bool:
         return True
 
     def _on_rollout_start(self) -> None:
         if stop_requested():
+            self.close()
             raise Interrupted(stop_requested(), self.trainer.updates)
+
+    def _on_training_end(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the forward pre-hook (``learn()`` has ended, or is ending by this stop)."""
+        if self.hook is not None:
+            self.hook.remove()
+            self.hook = None
 
 
 class ProgressCallback(BaseCallback):
@@ -185,22 +220,99 @@ class ProgressCallback(BaseCallback):
 
 class ResumedTensorBoard(TensorBoardOutputFormat):
     """SB3's TensorBoard output with TensorBoard's ``purge_step``: the events from it on that
-    an interrupted process wrote past its last checkpoint are dropped, so no step shows twice."""
+    an interrupted process wrote past its last checkpoint are dropped, so no step shows twice.
+    Each process writes a new events file."""
 
-    def __init__(self, folder: str, purge_step: int):
+    def __init__(self, folder: str, purge_step: int | None):
         self.writer = SummaryWriter(log_dir=folder, purge_step=purge_step)
         self._is_closed = False
 
 
-class IterationLogger(Logger):
-    """SB3's logger into ``folder`` (``formats`` as for ``configure``) whose every dump is
-    stepped by ``clock()``, whatever step SB3 passes; a resumed run passes ``purge_step``,
-    the first step after its checkpoint."""
+class RunCSV(CSVOutputFormat):
+    """SB3's CSV output (``progress.csv``) with each row's ``iteration``, in a file of this
+    process's own: a resumed run copies the rows it keeps (up to its checkpoint's iteration
+    ``resumed_at``; the interrupted process may have written later ones) into a new file that
+    replaces the old one, and appends to that. The old file is never written to, so a copy
+    of the run folder made of hard links (``cp -al``) keeps it as it was; SB3 would empty it
+    in place. ``CheckpointError`` names a file that cannot be read."""
 
-    def __init__(self, folder: str, formats: list[str], clock: Callable[[], int], purge_step: int | None = None):
-        outputs = [ResumedTensorBoard(folder, purge_step) if f == "tensorboard" and purge_step
-                   else make_output_format(f, folder) for f in formats]
-        super().__init__(folder, outputs)
+    def __init__(self, path: Path, resumed_at: int | None = None):
+        path = Path(path)
+        lines = self._kept_lines(path, resumed_at) if resumed_at is not None and path.exists() else []
+        atomic_write_text(path, "".join(line + "\n" for line in lines))
+        self.file = open(path, "r+")  # SB3's own writing: rows appended, the header rewritten when keys appear
+        self.file.seek(0, os.SEEK_END)
+        self.keys = lines[0].split(",") if lines else []
+        self.separator, self.quotechar = ",", '"'
+
+    @staticmethod
+    def _kept_lines(path: Path, resumed_at: int) -> list[str]:
+        """The header and the rows of ``path`` up to iteration ``resumed_at`` (every row of a
+        file without the column; a row cut short by a killed process is dropped)."""
+        try:
+            lines = path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            raise CheckpointError(f"cannot read {path} ({error}); move it away to resume without it") from None
+        if not lines or ITERATION not in lines[0].split(","):
+            return lines
+        column, width = lines[0].split(",").index(ITERATION), len(lines[0].split(","))
+
+        def kept(line: str) -> bool:
+            row = next(csv.reader([line]), [])
+            return len(row) == width and row[column].isdigit() and int(row[column]) <= resumed_at
+
+        return [lines[0], *filter(kept, lines[1:])]
+
+    def write(self, key_values: dict, key_excluded: dict, step: int = 0) -> None:
+        super().write({ITERATION: step, **key_values}, key_excluded, step)
+
+
+class RunEvaluation(EvalCallback):
+    """SB3's ``EvalCallback`` whose ``evaluations.npz`` at ``path`` is replaced whole after each
+    evaluation (SB3 rewrites it in place, through any hard link to it). A resumed run passes
+    ``resumed_at``, its checkpoint's environment steps: the evaluations up to it are kept, and
+    the best mean reward among them is the one to beat (``best_model.zip``'s).
+    ``CheckpointError`` names a file that cannot be read."""
+
+    def __init__(self, eval_env, path: Path, resumed_at: int | None = None, **kwargs):
+        super().__init__(eval_env, log_path=None, **kwargs)
+        self.path = Path(path)
+        if resumed_at is not None and self.path.exists():
+            try:
+                with np.load(self.path, allow_pickle=False) as saved:
+                    timesteps, results, lengths = saved["timesteps"], saved["results"], saved["ep_lengths"]
+                    successes = saved["successes"] if "successes" in saved else None
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+                raise CheckpointError(f"cannot read {self.path} ({error}); move it away to resume without it") from None
+            kept = timesteps <= resumed_at
+            self.evaluations_timesteps = timesteps[kept].tolist()
+            self.evaluations_results = results[kept].tolist()
+            self.evaluations_length = lengths[kept].tolist()
+            self.evaluations_successes = successes[kept].tolist() if successes is not None else []
+            if self.evaluations_results:
+                self.best_mean_reward = max(float(np.mean(rewards)) for rewards in self.evaluations_results)
+
+    def _on_step(self) -> bool:
+        self.log_path = io.BytesIO()  # SB3 saves its evaluations here when it evaluates
+        try:
+            go_on = super()._on_step()
+            written = self.log_path.getvalue()
+        finally:
+            self.log_path = None
+        if written:
+            atomic_write(self.path, lambda stream: stream.write(written))
+        return go_on
+
+
+class IterationLogger(Logger):
+    """SB3's logger writing ``progress.csv`` (:class:`RunCSV`) and TensorBoard into
+    ``folder``, every dump stepped by ``clock()`` whatever step SB3 passes; a resumed run
+    passes ``resumed_at``, its checkpoint's iteration: what the interrupted process logged
+    after it is dropped."""
+
+    def __init__(self, folder: str, clock: Callable[[], int], resumed_at: int | None = None):
+        purge_step = resumed_at + 1 if resumed_at is not None else None
+        super().__init__(folder, [RunCSV(Path(folder) / PROGRESS_FILE, resumed_at), ResumedTensorBoard(folder, purge_step)])
         self.clock = clock
 
     def dump(self, step: int = 0) -> None:

@@ -2,8 +2,8 @@
 
 An SB3 zip holds the policy, its optimiser, the feature network, its trainer and SB3's
 counters; it does not hold the run's moving parts. A run stopped by Ctrl-C or SIGTERM stops
-at the start of a rollout (:class:`~routing_rl.agents.sb3_callbacks.StopBetweenSteps`: the
-previous training is done, the next environment step not begun) and saves them beside the
+before an environment step (:class:`~routing_rl.agents.sb3_callbacks.StopBetweenSteps`: the
+previous step is stored and trained on, nothing drawn for the next) and saves them beside the
 zip as ``<zip name>.state.pt`` (:func:`save_resume_state`, atomically, before the zip):
 
 * the training env's episodes in flight (:meth:`Traffic.state_dict`) and its random
@@ -11,14 +11,15 @@ zip as ``<zip name>.state.pt`` (:func:`save_resume_state`, atomically, before th
   counters, the validation env's generator (each evaluation draws its episodes from it);
 * SB3's last observation and episode starts, the replay buffer (DQN: ``buffer_size`` × two
   float32 observations of the descriptor's size) with the side exits still short of a buffer
-  row, and ``EvalCallback``'s best mean reward;
+  row, the rollout buffer (PPO, A2C: the steps of a rollout the signal cut short, which the
+  resumed run completes), and ``EvalCallback``'s best mean reward;
 * every random generator SB3 draws from: Python's, NumPy's global one (ε-greedy actions,
   replay sampling, PPO's minibatches), the action space's (random actions) and torch's.
 
 ``--resume`` loads the newest zip and, when its state file is there and was saved with it
 (same ``num_timesteps``), restores all of it: the run goes on as if never stopped. A zip
 without one (the periodic checkpoints, written in the middle of an environment step, or a
-run killed with SIGKILL) resumes with an empty replay buffer and fresh episodes, as before.
+run killed with SIGKILL) resumes with an empty replay buffer and fresh episodes.
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ def _buffer_state(buffer) -> dict:
     return {"arrays": _tensors(arrays), "pos": buffer.pos, "full": buffer.full}
 
 
+def _restore_buffer(buffer, state: dict):
+    for name, value in state["arrays"].items():
+        setattr(buffer, name, value.cpu().numpy().astype(getattr(buffer, name).dtype))
+    buffer.pos, buffer.full = int(state["pos"]), bool(state["full"])
+    return buffer
+
+
 def save_resume_state(zip_path: Path, model: BaseAlgorithm, eval_env: VecMonitor, evaluation: EvalCallback) -> None:
     """Write ``model``'s run state beside the checkpoint ``zip_path`` (before the zip itself)."""
     env, monitor = model.env.unwrapped, model.env
@@ -77,6 +85,7 @@ def save_resume_state(zip_path: Path, model: BaseAlgorithm, eval_env: VecMonitor
         "last_obs": _tensors(model._last_obs),
         "last_episode_starts": _tensors(model._last_episode_starts),
         "replay_buffer": _buffer_state(model.replay_buffer) if getattr(model, "replay_buffer", None) is not None else None,
+        "rollout_buffer": _buffer_state(model.rollout_buffer) if getattr(model, "rollout_buffer", None) is not None else None,
         "side_exits": _tensors(vars(side_exits)) if side_exits is not None else None,
         "best_mean_reward": float(evaluation.best_mean_reward),
         "random": {"python": random.getstate(), "numpy": (mt_name, _tensors(keys), position, has_gauss, gauss),
@@ -106,10 +115,10 @@ def restore_resume_state(zip_path: Path, model: BaseAlgorithm, eval_env: VecMoni
     model._last_obs = state["last_obs"].cpu().numpy()
     model._last_episode_starts = state["last_episode_starts"].cpu().numpy()
     if state["replay_buffer"] is not None:
-        buffer = model.replay_buffer
-        for name, value in state["replay_buffer"]["arrays"].items():
-            setattr(buffer, name, value.cpu().numpy().astype(getattr(buffer, name).dtype))
-        buffer.pos, buffer.full = int(state["replay_buffer"]["pos"]), bool(state["replay_buffer"]["full"])
+        _restore_buffer(model.replay_buffer, state["replay_buffer"])
+    if state.get("rollout_buffer") is not None:  # saved since PPO and A2C stop within a rollout
+        buffer = _restore_buffer(model.rollout_buffer, state["rollout_buffer"])
+        model.resumed_steps = 0 if buffer.full else buffer.pos
     if state["side_exits"] is not None:
         model._side_exits = SideExits(**{name: value.cpu().numpy() for name, value in state["side_exits"].items()})
     evaluation.best_mean_reward = state["best_mean_reward"]

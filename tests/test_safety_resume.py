@@ -265,52 +265,6 @@ def test_an_old_checkpoint_is_checked_by_its_tensors(tiny_data, tmp_path, capsys
 # --- SB3 agents ----------------------------------------------------------------------------------
 
 
-def sb3_tensors(result) -> dict[str, torch.Tensor]:
-    """The agent's whole learner state: policy (with DQN's target net), its optimiser, the
-    feature network and its optimiser."""
-    model = result.model
-    return tensors({"policy": model.policy.state_dict(), "optimizer": model.policy.optimizer.state_dict(),
-                    "net": result.net.state_dict(), "trainer": model.feature_trainer.state_dict()})
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("agent", ["dqn", "ppo"])
-def test_an_sb3_agent_stopped_by_a_signal_resumes_bit_for_bit(agent, tmp_path):
-    from stable_baselines3.common.callbacks import BaseCallback
-    from test_sb3 import short_config, tiny_dataset
-
-    from routing_rl.agents.sb3 import checkpoints, train_sb3
-    from routing_rl.training.interrupt import Interrupted
-
-    class SignalAt(BaseCallback):
-        """Ctrl-C during environment step ``at`` (between SB3 storing it and the next)."""
-
-        def __init__(self, at):
-            super().__init__()
-            self.at = at
-
-        def _on_step(self) -> bool:
-            if self.n_calls == self.at:
-                request_stop()
-            return True
-
-    dataset, config, cpu = tiny_dataset(), short_config(agent, iterations=12, checkpoint_every=4), torch.device("cpu")
-    straight = train_sb3(config, dataset, tmp_path / "straight", cpu)
-    step = random.randrange(5, 40)  # past a periodic checkpoint or not, past learning_starts or not
-    with pytest.raises(Interrupted) as stop:
-        train_sb3(config, dataset, tmp_path / "stopped", cpu, callbacks=[SignalAt(step)])
-    newest = checkpoints(tmp_path / "stopped")[0]
-    assert newest.name == f"{agent}_{stop.value.iteration}_iterations.zip"
-    assert newest.with_name(newest.stem + ".state.pt").is_file()
-    resumed = train_sb3(config, dataset, tmp_path / "stopped", cpu, resume=True)
-    a, b = sb3_tensors(straight), sb3_tensors(resumed)
-    differ = [name for name in a if not torch.equal(a[name], b[name])]
-    assert not differ, f"{len(differ)} of {len(a)} tensors differ after a stop at environment step {step}: {differ[:5]}"
-    assert resumed.history == straight.history
-    test = tiny_dataset(seed=1).test
-    assert resumed.evaluations(test) == straight.evaluations(test)
-
-
 def test_an_sb3_checkpoint_of_another_run_is_refused(tmp_path):
     import zipfile
 
