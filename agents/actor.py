@@ -74,12 +74,12 @@ class ActorLearner(SGDLearner):
         probabilities = {j: self.policy.probabilities(s, iteration) for j, s in out.scores.items()}
         reach = self.paths.reach(probabilities)
         p_leaf = self.paths.leaves(reach)
-        cross_entropy = leaf_errors(self.net, out, batch.labels)
+        cross_entropy = leaf_errors(self.net, out, batch.labels, error=self.error_cost)
         head_share = self.config.resolved_head_weight  # each head's CE weight in c_heads
         if self.config.error_cost == "cross_entropy":
             c_err = (p_leaf * cross_entropy).sum(1).mean()
         else:  # the routers learn the judged error; the heads keep their routed share of CE
-            c_err = (p_leaf * leaf_errors(self.net, out, batch.labels, self.config.error_cost)).sum(1).mean()
+            c_err = (p_leaf * leaf_errors(self.net, out, batch.labels, self.config.error_cost, self.error_cost)).sum(1).mean()
             head_share = head_share + p_leaf.detach()
         c_cpt = expected_c_cpt(p_leaf, k_cpt, self.leaf_cost)
         reach_junction = reach.detach()[:, self.junction_columns]

@@ -22,6 +22,7 @@ import torch
 
 from routing_rl.training.config import TrainConfig
 from routing_rl.data import Split
+from routing_rl.core.costs import error_cost
 from routing_rl.core.execution import Decide, argmax_decide
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel, KCpt
@@ -70,6 +71,11 @@ class Learner(ABC):
         """Called before every validation and before the final test evaluation, with the
         training split (un-augmented; clips for a sequence task): a learner whose evaluation-mode net needs refreshing
         from training data (batch-norm statistics) does it here."""
+
+    def error_cost(self, logits: torch.Tensor, labels: torch.Tensor, kind: str = "cross_entropy") -> torch.Tensor:
+        """c_err per example ``(B,)``: :attr:`task`'s (a plug-in may define its own), else
+        :func:`routing_rl.core.costs.error_cost`. Every loss a learner trains on reads it here."""
+        return (error_cost if self.task is None else self.task.error_cost)(logits, labels, kind)
 
     def decide(self, k_cpt: float | None) -> Decide:
         """The inference routing policy to evaluate with."""

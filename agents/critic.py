@@ -62,7 +62,7 @@ from routing_rl.core.paths import Paths
 from routing_rl.agents.base import SGDLearner
 from routing_rl.training.sgd import leaf_correct, leaf_errors, training_policy
 from routing_rl.training.config import TrainConfig
-from routing_rl.core.costs import error_cost, guess_cost
+from routing_rl.core.costs import guess_cost
 from routing_rl.data import Split
 from routing_rl.core.execution import RoutedOutput, argmax_decide, route
 from routing_rl.core.graph import FullOutput, RoutedNet
@@ -194,8 +194,9 @@ class CriticLearner(SGDLearner):
         with torch.no_grad():
             reach = self.paths.reach({j: self.policy.probabilities(s.detach(), iteration) for j, s in out.scores.items()})
             p_leaf = self.paths.leaves(reach)
-        errors = leaf_errors(self.net, out, labels)
-        utility_errors = errors.detach() if self.same_error else leaf_errors(self.net, out, labels, self.utility_error)
+        errors = leaf_errors(self.net, out, labels, error=self.error_cost)
+        utility_errors = errors.detach() if self.same_error else leaf_errors(self.net, out, labels, self.utility_error,
+                                                                             self.error_cost)
         targets = full_targets(self.net, out, utility_errors, k_cpt, self.optimistic, self.cost)
         regression = torch.stack(
             [(out.scores[j] - targets[j]).square().sum(1) for j in self.net.junctions], dim=1
@@ -228,13 +229,13 @@ class CriticLearner(SGDLearner):
             global_counts = self.distributed.sum
         routed = route(self.net, batch.images, decide, k_cpt_input, self.side_heads, global_counts)
         labels, size = batch.labels, len(batch)
-        errors = error_cost(routed.logits, labels, self.config.error_cost)
-        utility_errors = errors.detach() if self.same_error else error_cost(routed.logits, labels, self.utility_error)
-        head_losses = {leaf: error_cost(logits, labels[index]) for leaf, (index, logits) in routed.heads.items()}
+        errors = self.error_cost(routed.logits, labels, self.config.error_cost)
+        utility_errors = errors.detach() if self.same_error else self.error_cost(routed.logits, labels, self.utility_error)
+        head_losses = {leaf: self.error_cost(logits, labels[index]) for leaf, (index, logits) in routed.heads.items()}
         head_errors = None
         if self.side_heads:
             head_errors = {
-                leaf: loss.detach() if self.same_error else error_cost(logits, labels[index], self.utility_error)
+                leaf: loss.detach() if self.same_error else self.error_cost(logits, labels[index], self.utility_error)
                 for (leaf, (index, logits)), loss in zip(routed.heads.items(), head_losses.values())
             }
         targets = sampled_targets(self.net, routed, utility_errors, k_cpt, self.optimistic, head_errors, self.cost)

@@ -7,7 +7,6 @@ nothing to adjust (every ``p`` is 1).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from routing_rl.agents.base import SGDLearner
 from routing_rl.training.sgd import scalars
@@ -29,7 +28,7 @@ class StaticLearner(SGDLearner):
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         logits = self.net(batch.images).logits[self.leaf]
-        c_err = F.cross_entropy(logits, batch.labels)
+        c_err = self.error_cost(logits, batch.labels).mean()
         c_mod = self.c_mod()
         c_cpt = c_cpt_of(self.sample_k_cpt(1)[0], self.leaf_cost[0])  # constant: no routing to learn
         lr = self.step(c_err + c_mod, iteration)

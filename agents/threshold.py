@@ -111,7 +111,7 @@ class ThresholdLearner(SGDLearner):
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         out = self.net(batch.images)
-        errors = leaf_errors(self.net, out, batch.labels)
+        errors = leaf_errors(self.net, out, batch.labels, error=self.error_cost)
         c_err = errors.sum(1).mean()
         c_mod = self.c_mod()
         lr = self.step(c_err + c_mod, iteration)

@@ -33,17 +33,25 @@ share: set by registration (:class:`~routing_rl.envs.registration.NetShare`): th
     of one ``gym.make_vec(..., vectorization_mode="sync")`` share one net and its trainer;
     a name (``share="zoo"``): evaluation envs (``train=False``) of that name route the net
     of the latest training env of that name (see ``NetShare``).
+
+Every keyword's type and range is checked before anything is built (:func:`check_keywords`):
+a wrong one is a one-line ValueError naming it. The ones an id is registered with that are
+also a training run's settings are that run's defaults (:func:`registered_settings`).
 """
 
 from __future__ import annotations
 
+import inspect
+import numbers
+import typing
 from dataclasses import fields
 
+import numpy as np
 import torch
 from gymnasium.error import UnsupportedMode
 from routing_rl.envs.joint import FeatureTrainer, JointTraining
-from routing_rl.envs.registration import IMAGE_TASK, NetShare
-from routing_rl.envs.task import RoutingTask, TaskFactory, make_task
+from routing_rl.envs.registration import ENV_KEYWORDS, IMAGE_TASK, NetShare
+from routing_rl.envs.task import RoutingTask, TaskFactory, env_spec, make_task
 from routing_rl.envs.traffic import Traffic
 
 from routing_rl.core.costs import ERROR_COSTS
@@ -51,6 +59,19 @@ from routing_rl.core.devices import resolve_device
 from routing_rl.core.k_cpt import CostModel, check_k_cpt
 from routing_rl.core.graph import RoutedNet
 from routing_rl.data import Split
+from routing_rl.training.config import RANGES, check_range
+
+RUN_SETTINGS = ("arch", "width", "k_cpt", "error_cost", "seed", "device")
+"""Env keywords that are also settings of a training run (``train_agent.py --arch``, ...): the
+values an id is registered with are a run's defaults (:func:`registered_settings`)."""
+RUN_DECIDES = {
+    "split": "a run trains on the training split and is judged on the test split",
+    "train": "a run trains its net",
+    "joint": "the SB3 agents' feature training takes the run's --lr, --batch-size, --execution and --uniform-weight",
+    "max_error_cost": "no learner bounds c_err",
+}
+"""Env keywords a training run sets itself, and why; an id registered with another value than
+the env's default is refused by :func:`registered_settings` rather than trained otherwise."""
 
 
 def make_traffic(
@@ -79,17 +100,11 @@ def make_traffic(
                               "routing_rl.app.plots or TensorBoard's figures/node_link")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"the number of examples in flight must be a positive integer, got {n!r}")
+    check_keywords(dict(split=split, arch=arch, width=width, k_cpt=k_cpt, error_cost=error_cost,
+                        max_error_cost=max_error_cost, clip_actions=clip_actions, train=train, joint=joint, net=net,
+                        device=device, cost=cost, seed=seed, share=share))
     k_cpt = check_k_cpt(k_cpt)
-    if error_cost not in ERROR_COSTS:
-        raise ValueError(f"unknown error cost {error_cost!r}; choose one of {', '.join(ERROR_COSTS)}")
-    if max_error_cost is not None and (isinstance(max_error_cost, bool) or not isinstance(max_error_cost, (int, float))
-                                       or not 0 < max_error_cost < float("inf")):
-        raise ValueError(f"max_error_cost must be a positive number (nats for cross-entropy) or None, got {max_error_cost!r}")
     if isinstance(joint, dict):
-        unknown = sorted(set(joint) - {f.name for f in fields(JointTraining)})
-        if unknown:
-            raise ValueError(f"unknown joint-training option(s) {', '.join(unknown)}; "
-                             f"choose among {', '.join(f.name for f in fields(JointTraining))}")
         joint = JointTraining(**joint)
     if isinstance(share, str):
         share = NetShare.named(share)
@@ -119,8 +134,105 @@ def make_traffic(
     layout = task.observation_layout(net, dynamic_k_cpt=k_cpt == "dynamic")
     layout.clip_actions = bool(clip_actions)
     if trainer is None:
-        trainer = FeatureTrainer(net, joint or JointTraining())
+        trainer = FeatureTrainer(net, joint or JointTraining(), task.error_cost)
     if share is not None and (share.net is None or share.trainer is None):
         share.net, share.trainer = net, trainer
     return Traffic(task, net, split, n, layout, k_cpt, error_cost, trainer, training=bool(train), cost=cost,
                    max_error_cost=None if max_error_cost is None else float(max_error_cost))
+
+
+def check_keywords(values: dict) -> None:
+    """ValueError naming the first env keyword of ``values`` whose type or range is wrong, so
+    that ``train="false"`` is not taken as true, ``k_cpt=True`` as one per MAC, or ``seed=2**70``
+    fails deep inside torch: the one check of every routing env's keywords (a run's
+    registered ones too: :func:`registered_settings`)."""
+    for name, value in values.items():
+        problem = _keyword_problem(name, value)
+        if problem:
+            raise ValueError(f"{name} must be {problem}, got {value!r}")
+    if values.get("k_cpt") is not None:
+        check_k_cpt(values["k_cpt"])
+
+
+def _keyword_problem(name: str, value) -> str | None:
+    """What ``value`` of env keyword ``name`` must be, when it is not that; None when it is."""
+    flag = isinstance(value, (bool, np.bool_))
+    integer = isinstance(value, numbers.Integral) and not flag
+    if name in ("clip_actions", "train"):
+        return None if flag else "True or False"
+    if name in ("seed", "net_seed", "width"):
+        spec = RANGES["seed" if name == "net_seed" else name]
+        return None if integer and _in_range(name, value, spec) else spec[2]
+    if name == "k_cpt":
+        return "a number >= 0 (cost per MAC, e.g. 4e-9) or 'dynamic'" if flag else None
+    if name == "split":
+        return None if isinstance(value, str) and value in ("train", "test") or isinstance(value, Split) else \
+            "'train', 'test' or a Split"
+    if name == "arch":
+        return None if value is None or isinstance(value, str) else "the name of one of the task's nets, or None"
+    if name == "error_cost":
+        return None if isinstance(value, str) and value in ERROR_COSTS else f"one of {', '.join(ERROR_COSTS)}"
+    if name == "max_error_cost":
+        positive = isinstance(value, numbers.Real) and not flag and 0 < value < float("inf")
+        return None if value is None or positive else "a positive number (nats for cross-entropy) or None"
+    if name == "joint":
+        return None if value is None or isinstance(value, JointTraining) else _joint_problem(value)
+    if name == "net":
+        return None if value is None or isinstance(value, RoutedNet) else "a RoutedNet or None"
+    if name == "device":
+        return None if isinstance(value, (str, torch.device)) else "a device name (cpu, cuda, cuda:N, auto)"
+    if name == "cost":
+        return None if value is None or isinstance(value, CostModel) else "a CostModel or None"
+    if name == "share":
+        return None if value is None or isinstance(value, NetShare) or (isinstance(value, str) and value) else \
+            "a non-empty name or None"
+    return None
+
+
+def _joint_problem(options) -> str | None:
+    """What the joint-training options ``options`` (a dict of :class:`JointTraining` fields)
+    must be, when one is not; None when all are. ValueError naming an unknown option."""
+    names = [f.name for f in fields(JointTraining)]
+    if not isinstance(options, dict):
+        return f"a JointTraining, a dict of its fields ({', '.join(names)}) or None"
+    unknown = sorted(map(str, set(options) - set(names)))
+    if unknown:
+        raise ValueError(f"unknown joint-training option(s) {', '.join(unknown)}; choose among {', '.join(names)}")
+    hints = typing.get_type_hints(JointTraining)
+    for name, value in options.items():
+        kind = hints[name]
+        flag = isinstance(value, (bool, np.bool_))
+        right = flag if kind is bool else isinstance(value, str) if kind is str else \
+            not flag and isinstance(value, numbers.Integral if kind is int else numbers.Real)
+        if not right or (name in RANGES and not _in_range(name, value, RANGES[name])):
+            what = RANGES[name][2] if name in RANGES else {bool: "True or False", str: "a name"}.get(kind, kind.__name__)
+            return f"a dict of JointTraining's fields whose {name} is {what}"
+    return None
+
+
+def _in_range(name: str, value, spec: tuple) -> bool:
+    """Whether the number ``value`` lies in ``spec``, a range of :data:`RANGES`."""
+    try:
+        check_range(name, value, spec)
+    except ValueError:
+        return False
+    return True
+
+
+def registered_settings(env_id: str) -> dict:
+    """The :data:`RUN_SETTINGS` that ``env_id`` (``"module:id"`` imports ``module``) is
+    registered with: a training run's defaults, which its flags override. ValueError naming
+    the id and the keyword when one is of the wrong type, or when the id is registered with
+    a keyword a run sets itself (:data:`RUN_DECIDES`) at another value than the env's default."""
+    spec = env_spec(env_id)
+    values = {name: value for name, value in spec.kwargs.items() if name in ENV_KEYWORDS and name != "share"}
+    try:
+        check_keywords(values)
+    except ValueError as error:
+        raise ValueError(f"{spec.id} is registered with a keyword of the wrong type or range: {error}") from None
+    defaults = inspect.signature(make_traffic).parameters
+    for name, why in RUN_DECIDES.items():
+        if name in values and values[name] != defaults[name].default:
+            raise ValueError(f"{spec.id} is registered with {name}={values[name]!r}, which a training run cannot "
+                             f"honour ({why}); register it without {name} (gym.make still takes {name}=)")
+    return {name: value for name, value in values.items() if name in RUN_SETTINGS}

@@ -43,19 +43,21 @@ error stays noisy (exits 7-8: 115 against 8 in training).
 As in the paper's learners, the optimiser is :class:`~routing_rl.training.sgd.RoutedSGD`
 (SGD with momentum, the learning rate halving every ``lr_half_life`` optimiser steps,
 usage-weighted c_mod, TALR). Routers get no gradient (the decisions are the agent's), so
-only transforms and heads change. The training loss is always cross-entropy; a 0/1
-``error_cost`` changes the agent's reward, not this. A NaN or infinite loss stops training
+only transforms and heads change. The training loss is the task's cross-entropy
+(:meth:`RoutingTask.error_cost <routing_rl.envs.task.RoutingTask.error_cost>` of kind
+``cross_entropy``); a 0/1 ``error_cost`` changes the agent's reward, not this. A NaN or infinite loss stops training
 (:mod:`routing_rl.training.guard`) before the step is taken.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from routing_rl.core.costs import error_cost
 from routing_rl.core.execution import Junction, route
 from routing_rl.core.graph import RoutedNet
 from routing_rl.training.batchnorm import fresh_statistics
@@ -102,9 +104,10 @@ class FeatureTrainer:
 
     limit: int | None = None
 
-    def __init__(self, net: RoutedNet, options: JointTraining = JointTraining()):
+    def __init__(self, net: RoutedNet, options: JointTraining = JointTraining(), error: Callable = error_cost):
         self.net = net
         self.options = options
+        self.error = error  # c_err per example of (logits, labels, kind): the task's (RoutingTask.error_cost)
         self.sgd = RoutedSGD(net, options, regularise_routers=False)  # routers get no gradient here
         self.node_index = {name: k for k, name in enumerate(net.order)}
         self.junction_index = {name: j for j, name in enumerate(net.junctions)}
@@ -155,11 +158,11 @@ class FeatureTrainer:
         try:
             if self.options.execution == "full":
                 weights = self.leaf_weights(decisions).to(device)
-                c_err = (leaf_errors(self.net, self.net(images, k_cpt), labels) * weights).sum(1).mean()
+                c_err = (leaf_errors(self.net, self.net(images, k_cpt), labels, error=self.error) * weights).sum(1).mean()
                 reach = self.node_reach(weights)
             else:
                 routed = route(self.net, images, replay, k_cpt)
-                c_err = F.cross_entropy(routed.logits, labels)
+                c_err = self.error(routed.logits, labels, "cross_entropy").mean()
                 reach = torch.zeros(len(labels), len(self.node_index), device=device)
                 for name, index in routed.visits.items():
                     reach[index, self.node_index[name]] = 1.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-from routing_rl.envs.factory import make_traffic
+from routing_rl.envs.factory import check_keywords, make_traffic
 from routing_rl.envs.routing_env import RoutingEnv
 from routing_rl.envs.task import env_spec
 from routing_rl.envs.traffic import Finished, Traffic, TrafficControls
@@ -66,6 +66,7 @@ class RoutingSB3VecEnv(TrafficControls, VecEnv):
 
     def __init__(self, num_envs: int, seed: int | None = None, net_seed: int | None = None, *,
                  traffic: Traffic | None = None, **kwargs):
+        check_keywords({name: value for name, value in (("seed", seed), ("net_seed", net_seed)) if value is not None})
         if traffic is None:
             net_seed = net_seed if net_seed is not None else (seed if seed is not None else 0)
             traffic = make_traffic(num_envs, seed=net_seed, **kwargs)

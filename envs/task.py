@@ -38,8 +38,10 @@ PKG.MODULE:TaskId-v0`` all use it. ``docs/plugins.md`` walks through one.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import traceback
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -49,12 +51,53 @@ import torch
 
 from routing_rl.core.costs import error_cost
 from routing_rl.core.graph import RoutedNet, path_net
+from routing_rl.core.k_cpt import K_CPT_VALUES
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.registration import ENV_KEYWORDS, register_task
 from routing_rl.nets.router import read_exit_confidence
 from routing_rl.nets.seeding import seeded_net
 
-__all__ = ["ENV_KEYWORDS", "RoutingTask", "TaskFactory", "env_spec", "make_task", "register_task", "task_from_env"]
+__all__ = ["ENV_KEYWORDS", "RoutingTask", "TaskError", "TaskFactory", "env_spec", "make_task", "register_task",
+           "task_from_env"]
+
+PLUGIN_METHODS = ("load_dataset", "build_net", "error_cost", "augment", "observation_layout", "initial_memory",
+                  "net_input", "carry", "examples", "static_archs", "default_arch")
+"""The methods a task's author writes; a plug-in's failures in them are :class:`TaskError` s."""
+CHECKED_CHUNK = 4096
+"""Examples whose inputs are summed at once when a dataset's inputs are checked for NaN."""
+
+
+class TaskError(Exception):
+    """A plug-in task's own code failed: the message names the task, the method and the error;
+    the original error is ``__cause__``, its trace :attr:`details` (``train_agent.py --verbose``).
+    A plug-in is a task defined outside routing-rl; its :data:`PLUGIN_METHODS` and its net's
+    first forward pass (:meth:`RoutingTask.make_net`) report their errors this way."""
+
+    @property
+    def details(self) -> str:
+        cause = self.__cause__
+        return "".join(traceback.format_exception(type(cause), cause, cause.__traceback__)).rstrip() if cause else ""
+
+
+def _named(method: Callable, name: str) -> Callable:
+    """``method`` of a plug-in task, its errors raised as a :class:`TaskError` naming the task and ``name``."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except TaskError:
+            raise
+        except Exception as error:
+            raise TaskError(f"task {type(self).__name__}: its {name}() raised {type(error).__name__}: "
+                            f"{_first_line(error)}") from error
+
+    return call
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"
 
 
 class RoutingTask(ABC):
@@ -77,6 +120,18 @@ class RoutingTask(ABC):
 
     archs: tuple[str, ...] = ("default",)
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.partition(".")[0] != "routing_rl":  # a plug-in: its errors name it
+            for name in PLUGIN_METHODS:
+                if inspect.isfunction(vars(cls).get(name)):
+                    setattr(cls, name, _named(vars(cls)[name], name))
+
+    @property
+    def is_plugin(self) -> bool:
+        """Whether this task is defined outside routing-rl (its errors are :class:`TaskError` s)."""
+        return type(self).__module__.partition(".")[0] != "routing_rl"
+
     @abstractmethod
     def load_dataset(self) -> RoutingDataset:
         """The task's train and test splits, classes and source names. Called once per task
@@ -93,14 +148,40 @@ class RoutingTask(ABC):
         """
 
     def dataset(self) -> RoutingDataset:
-        """The dataset, loaded on first use and kept."""
+        """The dataset, loaded on first use, checked (:meth:`check_dataset`) and kept."""
         loaded = self.__dict__.get("_dataset")
         if loaded is None:
             loaded = self.load_dataset()
             if not isinstance(loaded, RoutingDataset):
                 raise TypeError(f"{type(self).__name__}.load_dataset() must return a RoutingDataset, got {type(loaded).__name__}")
+            self.check_dataset(loaded)
             self.__dict__["_dataset"] = loaded
         return loaded
+
+    def check_dataset(self, dataset: RoutingDataset) -> None:
+        """ValueError naming the task, the split and the fix unless every split's labels are
+        whole numbers naming a class and its inputs are finite: a NaN input would train and be
+        judged on silently, an out-of-range label fail deep inside a loss."""
+        where = f"task {type(self).__name__} (dataset {dataset.name!r})"
+        for name in ("train", "test"):
+            split = getattr(dataset, name)
+            labels = split.labels
+            if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+                raise ValueError(f"{where}: the {name} split's labels are {labels.dtype}, not class indices; "
+                                 f"{self.data_fix('make them integers (torch.long) in 0 .. classes - 1')}")
+            if labels.numel() and not 0 <= int(labels.min()) <= int(labels.max()) < len(dataset.classes):
+                raise ValueError(f"{where}: the {name} split's labels run from {int(labels.min())} to "
+                                 f"{int(labels.max())}, but the dataset names {len(dataset.classes)} classes; "
+                                 f"{self.data_fix(f'labels must lie in 0 .. {len(dataset.classes) - 1}')}")
+            bad = non_finite(split.images)
+            if bad:
+                fix = self.data_fix("a task's inputs must be finite")
+                raise ValueError(f"{where}: the {name} split's inputs hold {bad} NaN or infinite values (of "
+                                 f"{split.images.numel()}); {fix}")
+
+    def data_fix(self, what: str) -> str:
+        """How to repair data that :meth:`check_dataset` refused, after ``what`` it must be."""
+        return f"{what}: fix {type(self).__name__}.load_dataset()"
 
     @property
     def name(self) -> str:
@@ -164,7 +245,43 @@ class RoutingTask(ABC):
         if net.classes != len(self.classes):
             raise ValueError(f"{type(self).__name__}.build_net({arch!r}) predicts {net.classes} classes, "
                              f"the dataset has {len(self.classes)}")
-        return read_exit_confidence(net) if exit_confidence and net.junctions else net
+        net = read_exit_confidence(net) if exit_confidence and net.junctions else net
+        if self.is_plugin:
+            self._try_net(net, arch)
+        return net
+
+    @torch.no_grad()
+    def _try_net(self, net: RoutedNet, arch: str) -> None:
+        """A plug-in's augmentation (of single inputs) and net run once on two training inputs
+        (eval mode: nothing the net holds changes) and its error cost on the first leaf's
+        logits, so that a net that cannot run on the task's inputs, or an error cost that is
+        not one per example, is named now, as the task's, not found deep inside training."""
+        train = self.dataset().train
+        if len(train) == 0:
+            return
+        device = net.leaf_macs.device
+        frames, labels = train.images[:2].to(device), train.labels[:2].to(device)
+        if train.frames == 1:
+            self.augment(frames, train.source[:2].to(device), torch.Generator(device=device).manual_seed(0))
+        else:
+            frames, labels = frames[:, 0], labels[:, 0]
+        was_training = net.training
+        net.eval()
+        try:
+            inputs = self.net_input(frames, self.initial_memory(frames))
+            logits = net(inputs, K_CPT_VALUES[0] if net.k_cpt_input else None).logits[net.leaves[0]]
+        except TaskError:
+            raise
+        except Exception as error:
+            raise TaskError(f"task {type(self).__name__}: the net build_net({arch!r}) built fails on the task's "
+                            f"training inputs: {type(error).__name__}: {_first_line(error)}") from error
+        finally:
+            net.train(was_training)
+        c_err = self.error_cost(logits, labels)
+        if not isinstance(c_err, torch.Tensor) or c_err.shape != labels.shape or not c_err.is_floating_point():
+            got = f"shape {tuple(c_err.shape)} {c_err.dtype}" if isinstance(c_err, torch.Tensor) else type(c_err).__name__
+            raise TaskError(f"task {type(self).__name__}: its error_cost() must return one floating-point c_err per "
+                            f"example, shape {tuple(labels.shape)} here, got {got}")
 
     def error_cost(self, logits: torch.Tensor, labels: torch.Tensor, kind: str = "cross_entropy") -> torch.Tensor:
         """c_err per example ``(B,)`` from a leaf's logits ``(B, classes)`` and labels ``(B,)``;
@@ -256,13 +373,18 @@ def make_task(task: RoutingTask | TaskFactory, **kwargs) -> RoutingTask:
         key = None
     if key is not None and key in _TASKS:
         return _TASKS[key]
+    name = getattr(factory, "__name__", factory)
     try:
         made = factory(**kwargs)
     except TypeError as error:
-        raise TypeError(f"{getattr(factory, '__name__', factory)} does not take these keywords ({error}); "
+        raise TypeError(f"{name} does not take these keywords ({error}); "
                         f"the env's own keywords are {', '.join(ENV_KEYWORDS)}") from None
+    except Exception as error:
+        if getattr(factory, "__module__", "").partition(".")[0] == "routing_rl":
+            raise
+        raise TaskError(f"task {name}: its constructor raised {type(error).__name__}: {_first_line(error)}") from error
     if not isinstance(made, RoutingTask):
-        raise TypeError(f"{getattr(factory, '__name__', factory)} returned {type(made).__name__}, not a RoutingTask")
+        raise TypeError(f"{name} returned {type(made).__name__}, not a RoutingTask")
     if key is not None:
         _TASKS[key] = made
     return made
@@ -283,6 +405,18 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         known = sorted(i for i in gym.registry if i.startswith("routing_rl/"))
         raise ValueError(f"unknown env {name!r}; register it with routing_rl.envs.register_task (give "
                          f"'module:{name}' to import the module that does), or use one of {', '.join(known)}") from None
+
+
+def non_finite(values: torch.Tensor) -> int:
+    """How many entries of ``values`` are NaN or infinite (0 for integers): a sum per chunk
+    of :data:`CHECKED_CHUNK` rows, counted exactly only where that sum is not finite."""
+    if not values.is_floating_point():
+        return 0
+    count = 0
+    for chunk in values.reshape(len(values), -1).split(CHECKED_CHUNK):
+        if not torch.isfinite(chunk.sum()):
+            count += int((~torch.isfinite(chunk)).sum())
+    return count
 
 
 def task_from_env(env_id: str, optional: dict | None = None, **kwargs) -> tuple[RoutingTask, dict]:

@@ -466,5 +466,5 @@ def test_net_and_dataset_must_agree(dataset):
         RoutingEnv(dataset=dataset, net=chain())
     with pytest.raises(ValueError, match="k_cpt must be"):
         RoutingEnv(dataset=dataset, k_cpt=-1)
-    with pytest.raises(ValueError, match="unknown error cost"):
+    with pytest.raises(ValueError, match="error_cost must be one of cross_entropy, zero_one"):
         RoutingEnv(dataset=dataset, error_cost="hinge")

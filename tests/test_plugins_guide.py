@@ -1,5 +1,6 @@
 """docs/plugins.md works as written: its code blocks run, in order, from a fresh folder
-outside the checkout, with the guide's package on PYTHONPATH."""
+outside the checkout, with the guide's package on PYTHONPATH; the settings its task is
+registered with are what its runs train with, through ``experiments/train_agent.py`` too."""
 
 import json
 import os
@@ -8,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
+CHECKOUT = Path(__file__).resolve().parents[1]
+GUIDE = CHECKOUT / "docs" / "plugins.md"
 BLOCK = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
@@ -27,6 +29,9 @@ def test_the_guide_has_a_task_a_registration_training_evaluation_and_plots():
     assert ("python", "mytasks/clips.py") in kinds, "a task of sequences"
     shell = "\n".join(code for language, _, code in blocks() if language == "bash")
     assert "--env mytasks:mytasks/Blobs-v0" in shell and "routing_rl.app.figures" in shell
+    registering = [code for _, title, code in blocks() if title == "mytasks/__init__.py"][-1]
+    assert registering.count("k_cpt=1e-4") == 2, "each task carries its k_cpt"
+    assert shell.count("--k-cpt") == 1, "one command overrides the registered k_cpt, to show how; the others take it"
     assert "--env mytasks:mytasks/Clips-v0" in shell
     evaluations = [code for language, title, code in blocks() if language == "python" and "evaluate(" in code]
     assert len(evaluations) == 2 and all("task=task" in code for code in evaluations), "evaluate(...) as sequences need it"
@@ -35,7 +40,7 @@ def test_the_guide_has_a_task_a_registration_training_evaluation_and_plots():
 def test_the_guide_runs_exactly_as_written(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(tmp_path), OMP_NUM_THREADS="1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    outputs = []
+    outputs, errors = [], []
     for number, (language, title, code) in enumerate(blocks()):
         if title is not None:
             path = tmp_path / title
@@ -51,8 +56,27 @@ def test_the_guide_runs_exactly_as_written(tmp_path):
         done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"block {number} failed:\n{code}\n{done.stdout}\n{done.stderr}"
         outputs.append(done.stdout)
+        errors.append(done.stderr)
 
-    assert not (Path(__file__).resolve().parents[1] / "mytasks").exists(), "the package lives outside the checkout"
+    assert not (CHECKOUT / "mytasks").exists(), "the package lives outside the checkout"
+    for run in ("blobs-actor", "blobs-critic", "blobs-dqn", "clips-actor", "clips-dqn"):
+        assert json.loads((tmp_path / "runs" / run / "config.json").read_text())["k_cpt"] == 1e-4, "the registered k_cpt"
+    assert json.loads((tmp_path / "runs" / "blobs-actor-1e-3" / "config.json").read_text())["k_cpt"] == 1e-3
+    notes = [line for text in errors for line in text.splitlines() if ": note: " in line]
+    assert notes == ["python -m routing_rl.app.cli: note: --k-cpt 1e-3 overrides the k_cpt 0.0001 that "
+                     "mytasks:mytasks/Blobs-v0 is registered with"], notes
+
+    # the same task through the checkout's experiments/train_agent.py: registered k_cpt, flags override it visibly
+    for run, flags in (("static-registered", []), ("static-flagged", ["--k-cpt", "2e-4"])):
+        done = subprocess.run([sys.executable, str(CHECKOUT / "experiments" / "train_agent.py"), "--env",
+                               "mytasks:mytasks/Blobs-v0", "--agent", "static", "--preset", "smoke", "--logdir", "runs",
+                               "--run-name", run, "--json", *flags], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        config = json.loads((tmp_path / "runs" / run / "config.json").read_text())
+        assert config["k_cpt"] == (2e-4 if flags else 1e-4) and config["arch"] == "static-exit2"
+        assert json.loads(done.stdout)["k_cpt"] == config["k_cpt"]
+        assert ("train_agent.py: note: --k-cpt 2e-4 overrides the k_cpt 0.0001" in done.stderr) == bool(flags), done.stderr
     for agent in ("actor", "critic", "dqn"):
         metrics = json.loads((tmp_path / "runs" / f"blobs-{agent}" / "metrics.json").read_text())
         assert metrics["classes"] == ["red", "green", "blue"] and metrics["sources"] == ["clear", "noisy"]

@@ -181,8 +181,8 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory of the same name")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     parser.add_argument("--json", action="store_true", help="at the end, print the final metrics as JSON instead of the summary")
-    parser.add_argument("--verbose", action="store_true", help="when no data is found, also list every place looked at "
-                        "and the accepted layouts")
+    parser.add_argument("--verbose", action="store_true", help="when a plug-in task's code fails, also print its trace; when "
+                        "no data is found, also list every place looked at and the accepted layouts")
     return parser
 
 
@@ -191,13 +191,19 @@ _TASK_IN_USE: list = []
 live instances) rather than loading its data a second time."""
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
+def config_from_args(args: argparse.Namespace, note=None) -> TrainConfig:
+    """The config the flags ask for: flags, then the settings the env is registered with
+    (k_cpt, error cost, arch, ...), then the preset's and the defaults. ``note(line)`` is told
+    of every flag that overrides a registered setting."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     preset = values.pop("preset") or DEFAULT_PRESET
-    from routing_rl.app.runs import task_for
+    from routing_rl.app.runs import task_for, with_registered_settings
 
     task = task_for({**PRESET_VALUES[preset], **{k: v for k, v in values.items() if v is not None}})
     _TASK_IN_USE[:] = [task]
+    values, notes = with_registered_settings(values, task)
+    for line in notes if note is not None else ():
+        note(line)
     if values.get("arch") is None:
         values["arch"] = task.default_arch(values.get("agent") or TrainConfig.agent)
     return make_config(preset, archs=task.all_archs(), static_archs=task.static_archs(), **values)
@@ -222,6 +228,16 @@ def main(argv: list[str] | None = None, prog: str = "train_agent.py", leaving: b
             return stop.exit_code
 
 
+def refusal(prog: str, error: Exception, verbose: bool) -> str:
+    """The one line that refuses a run for ``error``; with ``verbose`` also its details (a
+    plug-in task's trace, the places searched for data)."""
+    from routing_rl.envs.task import TaskError
+
+    details = getattr(error, "details", "") if verbose else ""
+    hint = "; --verbose shows the trace" if isinstance(error, TaskError) and not verbose else ""
+    return f"{prog}: error: {error}{hint}\n" + (f"{details}\n" if details else "")
+
+
 def interruption(stop: KeyboardInterrupt) -> str:
     """The one line that reports ``stop``."""
     what = f"interrupted ({signal.Signals(stop.signum).name})" if isinstance(stop, Interrupted) else "interrupted"
@@ -236,15 +252,16 @@ def _main(argv: list[str] | None, prog: str) -> int:
     from routing_rl.app.runs import RunError, train
     from routing_rl.app.summary import summary_text
     from routing_rl.core.memory import release_freed_memory, retain_freed_memory
+    from routing_rl.envs.task import TaskError
     from routing_rl.training.monitor import progress_seconds
 
     retain_freed_memory()
 
     try:
         progress_seconds()  # refused now, not after the run folder is written
-        config = None if args.resume else config_from_args(args)
-    except ValueError as error:
-        parser.exit(2, f"{prog}: error: {error}\n")
+        config = None if args.resume else config_from_args(args, lambda line: print(f"{prog}: note: {line}", file=sys.stderr))
+    except (ValueError, TaskError) as error:
+        parser.exit(2, refusal(prog, error, args.verbose))
     if args.print_config and config is not None:
         print(config.to_json())
         return 0
@@ -252,9 +269,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
     given = {name: value for name, value in given.items() if value is not None}
     try:
         metrics = train(resume=args.resume, overrides=given) if args.resume else train(config, overwrite=args.overwrite)
-    except (RunError, DataNotFoundError) as error:
-        details = getattr(error, "details", "") if args.verbose else ""
-        parser.exit(2, f"{prog}: error: {error}\n" + (f"{details}\n" if details else ""))
+    except (RunError, DataNotFoundError, TaskError) as error:
+        parser.exit(2, refusal(prog, error, args.verbose))
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for every process
         if args.json:
             print(json.dumps({k: metrics[k] for k in ("run", "agent", "arch", "k_cpt", "test_accuracy", "test_mean_macs", "train_seconds")}, indent=2))

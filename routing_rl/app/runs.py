@@ -41,15 +41,17 @@ import torch
 
 from routing_rl.core import devices
 from routing_rl.core.files import atomic_write_text, read_json, remove_stale_temporaries
+from routing_rl.core.k_cpt import check_k_cpt
 from routing_rl.core.lock import FolderLock, LockedError, describe, live_owner
 from routing_rl.core.seeds import manual_seed
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
+from routing_rl.training.config import AGENT_ALIASES, RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
 from routing_rl.training.footprint import check_fits
 from routing_rl.training.guard import NonFiniteLossError
 from routing_rl.training.distributed import Distributed
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.task import RoutingTask, task_from_env
+from routing_rl.envs.factory import registered_settings
 from routing_rl.app.describe import summary
 from routing_rl.training.evaluate import evaluate, heads_alone
 from routing_rl.training.cost import COST_FILE, run_cost_model, write_cost_model
@@ -134,6 +136,39 @@ def check_config(config: TrainConfig, task: RoutingTask) -> TrainConfig:
 
         check_sb3_kwargs(config)
     return config
+
+
+def with_registered_settings(values: dict, task: RoutingTask) -> tuple[dict, list[str]]:
+    """``values`` (config fields; None: not given) completed by the settings ``values["env"]``
+    is registered with (k_cpt, error cost, arch, ...:
+    :func:`~routing_rl.envs.factory.registered_settings`), and one note for each value given
+    that overrides a registered one. A registered arch with junctions is not the static agent's:
+    it trains the task's static nets. RunError when the registration cannot be honoured."""
+    env = values.get("env") or TrainConfig.env
+    try:
+        registered = registered_settings(env)
+    except ValueError as error:
+        raise RunError(str(error)) from None
+    agent = AGENT_ALIASES.get(values.get("agent"), values.get("agent")) or TrainConfig.agent
+    if agent == "static" and registered.get("arch") not in task.static_archs():
+        registered.pop("arch", None)
+    completed, notes = dict(values), []
+    for name, value in registered.items():
+        given = values.get(name)
+        if given is None:
+            completed[name] = value
+        elif not _same_setting(name, given, value):
+            notes.append(f"--{name.replace('_', '-')} {given} overrides the {name} {value!r} that {env} is registered with")
+    return completed, notes
+
+
+def _same_setting(name: str, given, registered) -> bool:
+    if name == "k_cpt":
+        try:
+            return check_k_cpt(given) == check_k_cpt(registered)
+        except ValueError:
+            return False
+    return given == registered
 
 
 def run_directory(config: TrainConfig) -> Path:

@@ -17,6 +17,12 @@ from routing_rl.data import SOURCES, Split
 from routing_rl.core.execution import Decide, argmax_decide, route
 from routing_rl.core.graph import RoutedNet
 from routing_rl.training.episodes import episode_metrics, run_episodes
+from routing_rl.training.guard import NonFiniteLossError
+
+
+class NonFiniteEvaluationError(NonFiniteLossError):
+    """A net's outputs were NaN on examples it was judged on: no accuracy is computed from
+    them (argmax of NaN picks a class all the same)."""
 
 
 @torch.no_grad()
@@ -42,6 +48,9 @@ def evaluate(
     memory (:func:`~routing_rl.training.episodes.run_episodes`; ``decide`` may then be a
     :class:`~routing_rl.training.episodes.FramePolicy`); every frame counts as an example, and
     the result also holds :func:`~routing_rl.training.episodes.episode_metrics`.
+
+    Raises :class:`NonFiniteEvaluationError` when the net's outputs are NaN on any example,
+    saying whether the inputs or the weights are to blame.
     """
     if task is not None:
         classes = task.classes if classes is None else classes
@@ -51,6 +60,7 @@ def evaluate(
         if task is None:
             raise ValueError("a split of sequences is evaluated clip by clip, carrying the task's memory; pass task=")
         episodes = run_episodes(net, task, split, decide, k_cpt)
+        check_outputs(split, int(episodes.c_err.isnan().sum()), episodes.c_err.numel())
         result = summarise(net, episodes.leaf.flatten(), episodes.correct.flatten(), episodes.macs.flatten(),
                            split.labels.flatten().cpu(), split.source.flatten().cpu(), k_cpt, classes,
                            sources)
@@ -59,6 +69,7 @@ def evaluate(
     net.eval()
     device = net.leaf_macs.device
     leaves, correct, macs = [], [], []
+    nan = torch.zeros((), dtype=torch.long, device=device)  # examples whose logits hold NaN
     try:
         for start in range(0, len(split), batch_size):
             x = split.images[start : start + batch_size].to(device, non_blocking=True)
@@ -67,8 +78,10 @@ def evaluate(
             leaves.append(routed.leaf)
             correct.append(routed.pred == y)
             macs.append(routed.macs)
+            nan += routed.logits.isnan().flatten(1).any(1).sum()
     finally:
         net.train(was_training)
+    check_outputs(split, int(nan), len(split))
     leaf, correct, macs = torch.cat(leaves).cpu(), torch.cat(correct).cpu(), torch.cat(macs).cpu()
     return summarise(net, leaf, correct, macs, split.labels.cpu(), split.source.cpu(), k_cpt, classes, sources)
 
@@ -85,16 +98,36 @@ def heads_alone(net: RoutedNet, split: Split, k_cpt: float | None = None, batch_
     net.eval()
     device = net.leaf_macs.device
     correct = torch.zeros(len(net.leaves), dtype=torch.long)
+    nan = torch.zeros((), dtype=torch.long, device=device)
     try:
         for start in range(0, len(split), batch_size):
             x = split.images[start : start + batch_size].to(device, non_blocking=True)
             y = split.labels[start : start + batch_size].to(device)
             out = net(x, k_cpt if net.k_cpt_input else None)
             correct += torch.stack([(out.logits[leaf].argmax(1) == y).sum() for leaf in net.leaves]).cpu()
+            nan += torch.stack([out.logits[leaf].isnan().flatten(1).any(1) for leaf in net.leaves]).any(0).sum()
     finally:
         net.train(was_training)
+    check_outputs(split, int(nan), len(split))
     return {leaf: {"accuracy": int(correct[i]) / len(split), "macs": int(net.leaf_macs[i])}
             for i, leaf in enumerate(net.leaves)}
+
+
+def check_outputs(split: Split, nan: int, judged: int) -> None:
+    """Raise :class:`NonFiniteEvaluationError` when ``nan`` of the ``judged`` outputs on
+    ``split`` were NaN, blaming its inputs when they are not finite, else the weights."""
+    if not nan:
+        return
+    inputs = sum(int((~torch.isfinite(chunk)).reshape(len(chunk), -1).any(1).sum())
+                 for chunk in split.images.split(1000)) if split.images.is_floating_point() else 0
+    if inputs:
+        raise NonFiniteEvaluationError(
+            f"{inputs} of the {len(split)} examples evaluated hold NaN or infinite inputs, so no accuracy is computed "
+            "from them: fix the data (a task's load_dataset)")
+    raise NonFiniteEvaluationError(
+        f"the net's outputs are NaN on {nan} of the {judged} examples evaluated, whose inputs are finite (its weights "
+        "are not, or its layers make NaN), so no accuracy is computed; resume from an earlier checkpoint or train again "
+        "with a lower --lr")
 
 
 def summarise(net: RoutedNet, leaf: torch.Tensor, correct: torch.Tensor, macs: torch.Tensor, labels: torch.Tensor,

@@ -30,6 +30,7 @@ Helpers every routing loss uses: :func:`training_policy`, :func:`leaf_errors`,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -194,11 +195,13 @@ def training_policy(config: TrainConfig) -> TrainingPolicy:
     return TrainingPolicy(name, 0.0, 1.0, config.probability_floor)
 
 
-def leaf_errors(net: RoutedNet, output: FullOutput, labels: torch.Tensor, kind: str = "cross_entropy") -> torch.Tensor:
-    """``(B, L)`` c_err of every leaf's prediction, leaves in ``net.leaves`` order."""
+def leaf_errors(net: RoutedNet, output: FullOutput, labels: torch.Tensor, kind: str = "cross_entropy",
+                error: Callable = error_cost) -> torch.Tensor:
+    """``(B, L)`` c_err of every leaf's prediction, leaves in ``net.leaves`` order; ``error``
+    computes it per example from ``(logits, labels, kind)`` (a task's ``error_cost``)."""
     logits = torch.stack([output.logits[leaf] for leaf in net.leaves], dim=1)
     b, n_leaves = logits.shape[:2]
-    return error_cost(logits.flatten(0, 1), labels.repeat_interleave(n_leaves), kind).view(b, n_leaves)
+    return error(logits.flatten(0, 1), labels.repeat_interleave(n_leaves), kind).view(b, n_leaves)
 
 
 def leaf_correct(net: RoutedNet, output: FullOutput, labels: torch.Tensor) -> torch.Tensor:
