@@ -93,6 +93,18 @@ class Chain(RoutingTask):
         return super().error_cost(logits, labels, kind) + self.offset
 
 
+class Frames(Chain):
+    """Clips of four frames of :class:`Chain`'s features (a task of sequences, no memory)."""
+
+    def load_dataset(self) -> RoutingDataset:
+        flat = super().load_dataset()
+
+        def clips(split: Split) -> Split:
+            return Split(split.images.view(-1, 4, 6), split.labels.view(-1, 4), split.source.view(-1, 4))
+
+        return RoutingDataset("frames", CLASSES, clips(flat.train), clips(flat.test), {"name": "frames"}, ("all",))
+
+
 ENV = "tests/SafetyChain-v0"
 for env_id, options in {ENV: {"k_cpt": 2e-6}, "tests/SafetyChainZeroOne-v0": {"error_cost": "zero_one", "width": 2},
                         "tests/SafetyChainBounded-v0": {"max_error_cost": 5.0},
@@ -224,6 +236,10 @@ def test_the_evaluator_never_reports_an_accuracy_computed_from_nan():
     with pytest.raises(NonFiniteEvaluationError, match="16 of the 32 examples evaluated hold NaN or infinite inputs"):
         evaluate(task.make_net(), half_nan)
     assert 0 <= evaluate(task.make_net(), test)["accuracy"] <= 1
+    frames = Frames()
+    with pytest.raises(NonFiniteEvaluationError, match="outputs are NaN on 32 of the 32 examples"):
+        evaluate(nan_weights(frames.make_net()), frames.dataset().test, task=frames)
+    assert 0 <= evaluate(frames.make_net(), frames.dataset().test, task=frames)["accuracy"] <= 1
 
 
 # --- item 20: env keywords are checked for type and range -------------------------------------
