@@ -92,8 +92,20 @@ def test_a_signal_mid_step_checkpoints_the_step_and_resumes_bit_for_bit(agent, e
     assert_same_run(tmp_path / "straight", tmp_path / "stopped", f"in iteration {iteration}")
 
 
+@pytest.fixture(params=["default", "ignored"])
+def entry_handlers(request):
+    """The SIGINT disposition the run starts under: Python's own, or ignored as a shell leaves it for
+    a background job (``pytest &``, nohup, many CI shells); given back as found after the test."""
+    found = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    if request.param == "ignored":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    yield {signum: signal.getsignal(signum) for signum in found}
+    for signum, handler in found.items():
+        signal.signal(signum, handler)
+
+
 def test_real_sigterm_then_sigint_while_checkpointing_is_one_line_and_a_whole_checkpoint(tiny_data, tmp_path, capsys,
-                                                                                         monkeypatch):
+                                                                                         monkeypatch, entry_handlers):
     """Signals sent to this very process: SIGTERM inside step 2, SIGINT while the checkpoint is written."""
     from routing_rl.agents.actor import ActorLearner
     from routing_rl.app import runs
@@ -117,7 +129,20 @@ def test_real_sigterm_then_sigint_while_checkpointing_is_one_line_and_a_whole_ch
                                                  "checkpointed; continue with --resume")
     assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["training_state"]["iteration"] == 3
     assert [p.name for p in (tmp_path / "run").glob(".*.tmp")] == []
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handlers are given back"
+    after = {signum: signal.getsignal(signum) for signum in entry_handlers}
+    assert after == entry_handlers, "the handlers found are given back"
+
+
+def test_a_signal_handled_outside_python_is_left_alone(entry_handlers, monkeypatch):
+    """Python reports a handler installed by C code as None and cannot put it back: such a
+    signal is neither taken over nor "restored" (signal.signal(SIGTERM, None) is a TypeError)."""
+    from routing_rl.training.interrupt import _on_signal, handling_signals
+
+    reported = signal.getsignal
+    monkeypatch.setattr(signal, "getsignal", lambda signum: None if signum == signal.SIGTERM else reported(signum))
+    with handling_signals():
+        assert reported(signal.SIGINT) is _on_signal and reported(signal.SIGTERM) is entry_handlers[signal.SIGTERM]
+    assert {signum: reported(signum) for signum in entry_handlers} == entry_handlers
 
 
 def test_a_signal_that_c_code_turns_into_another_error_is_still_one_line(tiny_data, tmp_path, capsys, monkeypatch):

@@ -52,15 +52,19 @@ def _on_signal(signum: int, frame) -> None:
 
 @contextmanager
 def handling_signals(leaving: bool = False) -> Iterator[None]:
-    """SIGINT and SIGTERM handled as this module says until the block ends, then the previous
-    handlers again; ``leaving`` (the process exits after the block): ignored from then on.
-    Outside the main thread, where Python delivers no signals, it does nothing."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is _on_signal:
+    """SIGINT and SIGTERM handled as this module says until the block ends, then each as it was
+    found again: ignored (as a non-interactive shell starts a job with ``&``), default,
+    Python's Ctrl-C or another function; ``leaving`` (the process exits after the block):
+    ignored from then on. A signal whose handler was installed outside Python, which Python
+    cannot report and so could not put back, is left alone. Outside the main thread, where
+    Python delivers no signals, it does nothing."""
+    if threading.current_thread() is not threading.main_thread() or any(
+            signal.getsignal(signum) is _on_signal for signum in SIGNALS):
         yield
         return
-    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    previous = {signum: handler for signum in SIGNALS if (handler := signal.getsignal(signum)) is not None}
     _state.signum, _state.deferring = None, 0
-    for signum in SIGNALS:
+    for signum in previous:
         signal.signal(signum, _on_signal)
     try:
         yield
