@@ -40,7 +40,7 @@ from routing_rl.data import Split
 from routing_rl.data import augment as image_augment
 from routing_rl.envs.task import RoutingTask
 from routing_rl.training.episodes import EpisodeSampler
-from routing_rl.training.evaluate import evaluate
+from routing_rl.training.evaluate import NonFiniteEvaluationError, evaluate
 from routing_rl.training.checkpoint import checkpoint_identity, random_states, restore_random_states
 from routing_rl.training.guard import NonFiniteLossError, check_finite, diverged
 from routing_rl.training.interrupt import Interrupted, stop_between_steps, stop_requested
@@ -104,7 +104,14 @@ def evaluate_on_validation(learner: Learner, validation: Split, iteration: int, 
     entry = {"iteration": iteration, "evaluations": []}
     names = {"classes": task.classes, "sources": task.sources} if task is not None else {}
     for k_cpt in learner.eval_k_cpts():
-        result = evaluate(learner.net, validation, k_cpt, learner.decide(k_cpt), task=task, **names)
+        try:
+            result = evaluate(learner.net, validation, k_cpt, learner.decide(k_cpt), task=task, **names)
+        except NonFiniteEvaluationError as error:
+            if error.bad_inputs:  # the data's fault, not training's: its own message
+                raise
+            # finite weights whose activations overflow: training diverged, say so as the guard does
+            raise NonFiniteLossError(diverged("the net's validation outputs became NaN", iteration,
+                                              scheduled_lr(learner.config, iteration - 1), kept)) from None
         entry["evaluations"].append(result)
         if monitor is not None:
             suffix = "" if len(learner.eval_k_cpts()) == 1 else f"_k{k_cpt:g}"

@@ -22,7 +22,12 @@ from routing_rl.training.guard import NonFiniteLossError
 
 class NonFiniteEvaluationError(NonFiniteLossError):
     """A net's outputs were NaN on examples it was judged on: no accuracy is computed from
-    them (argmax of NaN picks a class all the same)."""
+    them (argmax of NaN picks a class all the same). ``bad_inputs`` says whether the examples'
+    inputs were to blame (the data's fault) rather than the weights (training's)."""
+
+    def __init__(self, message: str, bad_inputs: bool):
+        super().__init__(message)
+        self.bad_inputs = bad_inputs
 
 
 @torch.no_grad()
@@ -123,11 +128,11 @@ def check_outputs(split: Split, nan: int, judged: int) -> None:
     if inputs:
         raise NonFiniteEvaluationError(
             f"{inputs} of the {len(split)} examples evaluated hold NaN or infinite inputs, so no accuracy is computed "
-            "from them: fix the data (a task's load_dataset)")
+            "from them: fix the data (a task's load_dataset)", bad_inputs=True)
     raise NonFiniteEvaluationError(
         f"the net's outputs are NaN on {nan} of the {judged} examples evaluated, whose inputs are finite (its weights "
         "are not, or its layers make NaN), so no accuracy is computed; resume from an earlier checkpoint or train again "
-        "with a lower --lr")
+        "with a lower --lr", bad_inputs=False)
 
 
 def summarise(net: RoutedNet, leaf: torch.Tensor, correct: torch.Tensor, macs: torch.Tensor, labels: torch.Tensor,
