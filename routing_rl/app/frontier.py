@@ -7,6 +7,10 @@ upper-left hull of their (mean MACs, accuracy) points: dominated nets (no more a
 a cheaper one) and nets below the segment joining two others are dropped, and the frontier
 is linear between the points that remain. Right of its most accurate point it is flat (a
 deeper, worse net is never the reference); left of its cheapest point it says nothing.
+
+A run is judged only against static nets of its own task, trained on the same images for as
+long, and tested on the same examples (:func:`comparable`): a short run is never set against
+a longer schedule's nets, nor a point on 64 test images beside one on 1,500.
 """
 
 from __future__ import annotations
@@ -56,3 +60,34 @@ def frontier_margin(frontier: Sequence[Point], accuracy: float, macs: float) -> 
     frontier says nothing)."""
     reference = frontier_accuracy(frontier, macs)
     return None if reference is None else 100 * (accuracy - reference)
+
+
+SCHEDULE = ("preset", "iterations", "batch_size", "train_examples", "validation_fraction", "validation_mix")
+"""The config fields that decide which training images, and how many, a net learned from."""
+COMPARED = ("env", "dataset", "seed", *SCHEDULE)
+"""The config fields two runs must share to be compared: the task, the schedule, and the seed
+(it draws the validation part and any test subset)."""
+
+
+def test_subset(run: dict) -> tuple[int, int] | None:
+    """The test examples a run (a ``metrics.json``'s content) was judged on: None for its whole
+    test split, else ``(how many, the seed that drew them)`` (``--eval-examples`` below the
+    split's size)."""
+    config = run.get("config") if isinstance(run.get("config"), dict) else {}
+    limit = config.get("eval_examples")
+    if limit is None:
+        return None
+    dataset = run.get("dataset") if isinstance(run.get("dataset"), dict) else {}
+    size = (dataset.get("sizes") or {}).get("test") if isinstance(dataset.get("sizes"), dict) else None
+    if size is None:  # a task without sizes: it ran out of examples if it judged fewer than the limit
+        tests = run.get("test")
+        examples = tests[0].get("examples") if isinstance(tests, list) and tests and isinstance(tests[0], dict) else None
+        size = examples if isinstance(examples, int) and examples < limit else None
+    return None if size is not None and limit >= size else (limit, config.get("seed"))
+
+
+def comparable(run: dict, other: dict) -> bool:
+    """Whether two runs' points may be judged against each other: the same :data:`COMPARED`
+    config fields (a field neither run's config holds counts as the same) and test examples."""
+    config, others = run.get("config") or {}, other.get("config") or {}
+    return all(config.get(k) == others.get(k) for k in COMPARED) and test_subset(run) == test_subset(other)

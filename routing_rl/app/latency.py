@@ -9,8 +9,8 @@
   median of the rounds — and writes ``latency.csv``, ``accuracy_time.png`` (accuracy/MACs
   beside accuracy/time) and ``latency.md``: for every latency-cost point, the fastest
   MAC-cost point within 0.5 accuracy point, and their ratio of time per example. Runs of
-  several tasks (env and dataset, :func:`routing_rl.app.figures.by_task`) get one subfolder
-  of these each: a point is only matched with points of its own task.
+  several tasks or test sets (env, dataset and test examples: :func:`routing_rl.app.figures.by_task`)
+  get one subfolder of these each: a point is only matched with points of its own task and test set.
 
 Beside each run's routing the report times its *oracle* (:mod:`routing_rl.core.oracle`): on
 the same images, the cheapest routing under the run's cost model that gets as many of them
@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from routing_rl.app.cli import _Parser, _positive_int
-from routing_rl.app.figures import by_task, check_out_folder, read_metrics
+from routing_rl.app.figures import by_task, check_out_folder, distinct, read_metrics
 from routing_rl.app.plots import accuracy_time_figure, write_csv
 from routing_rl.app.runs import load_run, prepare_data, resolve_device
 from routing_rl.core.execution import dynamic, route
@@ -102,7 +102,7 @@ def measure(run_dirs: list[Path], batch_sizes: list[int], examples: int = 1000, 
     ``examples`` test images), the oracle's ``oracle_seconds_per_image`` on them (timed in the
     same rounds) with the fields of :func:`oracle_point`, and the ``threads`` used."""
     device = resolve_device(device)
-    run_dirs = list(map(Path, run_dirs))
+    run_dirs = distinct(run_dirs)
     runs = read_metrics(run_dirs)
     task_of = {id(run): name for name, group in by_task(runs).items() for run in group}
     entries = []

@@ -136,7 +136,7 @@ def _mix(leaf: dict, by_source: bool) -> float:
     return sum(i * c for i, c in enumerate(counts)) / leaf["count"] / max(len(counts) - 1, 1)
 
 
-def _mixes_sources(evaluation: dict) -> bool:
+def mixes_sources(evaluation: dict) -> bool:
     totals: dict[str, int] = {}
     for leaf in evaluation["leaves"].values():
         for source, count in leaf["by_source"].items():
@@ -148,7 +148,7 @@ def mix_legend(evaluation: dict) -> str:
     """What the right panel's colours mean, in the evaluation's own source or class names:
     ``blue: <first> / red: <last>``."""
     leaf = next(iter(evaluation["leaves"].values()))
-    names = list(leaf["by_source"] if _mixes_sources(evaluation) else leaf["by_class"])
+    names = list(leaf["by_source"] if mixes_sources(evaluation) else leaf["by_class"])
     middle = "" if len(names) <= 2 else " (between: the mean index)"
     return f"blue: {names[0]} / red: {names[-1]}{middle}"
 
@@ -170,7 +170,7 @@ def node_link_figure(rows: Sequence[tuple[str, dict, dict]]) -> Figure:
     scatters = [None, None]
     for (label, structure, evaluation), (ax_accuracy, ax_mix) in zip(rows, axes):
         positions = layout(structure)
-        by_source = _mixes_sources(evaluation)
+        by_source = mixes_sources(evaluation)
         for ax, colour_of, cmap in (
             (ax_accuracy, lambda leaf: leaf["accuracy"] if leaf["accuracy"] is not None else 0.0, "viridis"),
             (ax_mix, lambda leaf: _mix(leaf, by_source), "coolwarm"),

@@ -4,18 +4,21 @@ Accuracy and mean MACs on the test split, where the test images of each source (
 digits, CIFAR images) leave the net, the mean cost of inference beside the cheapest exit of the
 same net used alone, and where the point stands against the static frontier
 (:mod:`routing_rl.app.frontier`) of that task's static nets: those finished beside the run
-(same logdir, task, preset and seed), else, on hybrid, the static nets measured at the run's
-preset (:data:`STATIC_REFERENCES`): a run is judged against static nets trained on the same
-number of images, never a longer schedule's.
+(same logdir, task, schedule, seed and test examples), else, on hybrid, the static nets
+measured at the run's preset (:data:`STATIC_REFERENCES`) if it kept that preset's schedule and
+whole test split: a run is judged against static nets trained on the same images for as long,
+never a longer schedule's.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
-from routing_rl.app.frontier import frontier_accuracy, static_frontier
+from routing_rl.app.frontier import SCHEDULE, comparable, frontier_accuracy, static_frontier, test_subset
 from routing_rl.core.files import read_json
+from routing_rl.training.config import PRESET_VALUES, TrainConfig
 
 STATIC_REFERENCES = {
     "cpu-small": ("README reproduction table, hybrid, preset cpu-small, seed 0", (
@@ -93,19 +96,29 @@ def exits_line(evaluation: dict) -> list[str]:
 
 def static_beside(metrics: dict, warn=lambda line: print(line, file=sys.stderr)) -> list[tuple[str, float, float]]:
     """(net, test accuracy, mean MACs) of the finished static runs in the run's logdir that
-    share its task (env and dataset), preset and seed; a metrics.json there that cannot be
-    read as a run's is skipped with ``warn(line)``."""
-    config, found = metrics["config"], []
-    same = ("env", "dataset", "preset", "seed")
+    share its task, schedule, seed and test examples (:func:`~routing_rl.app.frontier.comparable`);
+    a metrics.json there that cannot be read as a run's is skipped with ``warn(line)``."""
+    found = []
     for path in sorted(Path(metrics["run"]).parent.glob("*/metrics.json")):
         try:
             other = read_json(path)
-            if other["agent"] == "static" and all(other["config"].get(k) == config.get(k) for k in same):
-                found.append((other["arch"], float(other["test_accuracy"]), float(other["test_mean_macs"])))
+            if other["agent"] == "static" and comparable(metrics, other):
+                point = float(other["test_accuracy"]), float(other["test_mean_macs"])
+                if not all(map(math.isfinite, point)):
+                    raise ValueError(f"its test accuracy and mean MACs are {point[0]} and {point[1]}")
+                found.append((other["arch"], *point))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             why = f"it has no {error}" if isinstance(error, KeyError) else str(error) or type(error).__name__
             warn(f"warning: {path} is not a run's metrics ({why}); skipping it as a static reference")
     return found
+
+
+def on_preset_schedule(metrics: dict) -> bool:
+    """Whether a run trained on its preset's own schedule and was tested on the whole test
+    split, as the :data:`STATIC_REFERENCES` nets were (a config field the run lacks counts as the preset's)."""
+    config = metrics["config"]
+    preset = TrainConfig(preset=config["preset"], **PRESET_VALUES[config["preset"]])
+    return test_subset(metrics) is None and all(config.get(k, getattr(preset, k)) == getattr(preset, k) for k in SCHEDULE)
 
 
 def static_line(accuracy: float, mean_macs: float, static: list[tuple[str, float, float]]) -> str:
@@ -132,7 +145,7 @@ def summary_text(metrics: dict, static: list[tuple[str, float, float]] | None = 
     if static is None:
         static = static_beside(metrics)
     hybrid = isinstance(metrics.get("dataset"), dict) and metrics["dataset"].get("name") == "hybrid"
-    if not static and hybrid and config.get("preset") in STATIC_REFERENCES:
+    if not static and hybrid and config.get("preset") in STATIC_REFERENCES and on_preset_schedule(metrics):
         source, static = STATIC_REFERENCES[config["preset"]]
     for evaluation in metrics["test"]:
         label = evaluation.get("label") or (f"k_cpt {evaluation['k_cpt']:g}" if evaluation.get("k_cpt") is not None else "")

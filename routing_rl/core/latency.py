@@ -18,6 +18,7 @@ fast one less. ``k_cpt`` per second is ``k_cpt × full MACs / full seconds`` (th
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -92,14 +93,34 @@ def profile_latency(net: RoutedNet, batch_size: int, warmup: int = 3, repeats: i
     }
 
 
+def check_profile(profile) -> None:
+    """ValueError naming what makes ``profile`` not a :func:`profile_latency` result: its
+    ``seconds`` must map each node to its ``transform`` and ``router`` times, finite and >= 0."""
+    seconds = profile.get("seconds") if isinstance(profile, dict) else None
+    if not isinstance(seconds, dict):
+        raise ValueError("it is not a latency profile (no \"seconds\" of each node)")
+    for name, parts in seconds.items():
+        if not isinstance(parts, dict):
+            raise ValueError(f"its times of node {name!r} are {parts!r:.40}, not a transform and a router time")
+        for part in ("transform", "router"):
+            value = parts.get(part)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"its {part} time of node {name!r} is {value!r:.40}, not a number of seconds >= 0")
+
+
 def latency_cost(net: RoutedNet, profile: dict) -> CostModel:
     """The cost model of a :func:`profile_latency` profile: each node's transform and router
-    time in MAC-equivalents (``seconds × full MACs / full seconds``)."""
+    time in MAC-equivalents (``seconds × full MACs / full seconds``). ValueError for a profile
+    that is not one (:func:`check_profile`) or lacks one of the net's nodes."""
     try:
-        seconds = profile["seconds"]
-        total = sum(seconds[name]["transform"] + seconds[name]["router"] for name in net.order)
-    except KeyError as missing:
-        raise ValueError(f"the latency profile has no time for {missing}; profile this net again") from None
+        check_profile(profile)
+    except ValueError as error:
+        raise ValueError(f"the latency profile is malformed: {error}; profile this net again") from None
+    seconds = profile["seconds"]
+    missing = [name for name in net.order if name not in seconds]
+    if missing:
+        raise ValueError(f"the latency profile has no time for {', '.join(missing)}; profile this net again")
+    total = sum(seconds[name]["transform"] + seconds[name]["router"] for name in net.order)
     if not total > 0:
         raise ValueError("the latency profile's times sum to zero; profile again with more repeats or a larger batch")
     scale = net.full_macs / total

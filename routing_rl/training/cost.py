@@ -15,8 +15,8 @@ from pathlib import Path
 
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel
-from routing_rl.core.latency import latency_cost, profile_latency
-from routing_rl.core.files import atomic_write_text
+from routing_rl.core.latency import check_profile, latency_cost, profile_latency
+from routing_rl.core.files import atomic_write_text, read_json
 from routing_rl.training.config import TrainConfig
 
 COST_FILE = "cost.json"
@@ -45,10 +45,12 @@ def run_cost_model(config: TrainConfig, net: RoutedNet, run_dir: Path | None = N
 def read_profile(path: Path) -> dict:
     """The latency profile in ``path``: a ``cost.json`` or a bare :func:`profile_latency` result."""
     try:
-        saved = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as error:
+        saved = read_json(path)
+        profile = saved.get("profile", saved) if isinstance(saved, dict) else saved
+        check_profile(profile)
+    except (OSError, ValueError) as error:  # ValueError: not JSON, not UTF-8, nested too deeply, or not a profile
         raise ValueError(f"cannot read the latency profile {path}: {error}; write one with experiments/profile_latency.py") from None
-    return saved.get("profile", saved) if isinstance(saved, dict) else saved
+    return profile
 
 
 def write_cost_model(path: Path, model: CostModel) -> None:
