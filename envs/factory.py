@@ -6,8 +6,9 @@ task: the :class:`~routing_rl.envs.task.RoutingTask` — an instance, its class 
     ``"module:name"``; every keyword not listed here goes to its constructor (for the paper's
     images, ``dataset=`` a name or a :class:`~routing_rl.data.RoutingDataset`, and
     ``data_dir=``; without ``task``, ``dataset=`` alone means the paper's image task).
-split: ``"train"`` or ``"test"`` of the task's dataset, or any :class:`~routing_rl.data.Split`
-    (a validation part, a tiny synthetic set).
+split: ``"train"`` or ``"test"`` of the task's dataset; ``"validation"``, the part of the training
+    split a training run holds out by default, or ``"train_part"``, the rest (train on it, tune on
+    validation: :func:`named_split`); or any :class:`~routing_rl.data.Split` (a tiny synthetic set).
 arch, width: the net to build (one of the task's ``archs``; default: its first), unless
     ``net`` gives an existing :class:`~routing_rl.core.graph.RoutedNet` (to share a trained
     net, or one between a training and an evaluation env). A built net goes to ``device``.
@@ -58,8 +59,11 @@ from routing_rl.core.costs import ERROR_COSTS
 from routing_rl.core.devices import resolve_device
 from routing_rl.core.k_cpt import CostModel, check_k_cpt
 from routing_rl.core.graph import RoutedNet
-from routing_rl.data import Split
-from routing_rl.training.config import RANGES, check_range
+from routing_rl.data import RoutingDataset, Split
+from routing_rl.training.config import RANGES, TrainConfig, check_range
+
+SPLITS = ("train", "test", "train_part", "validation")
+"""The split names every routing env takes (:func:`named_split`)."""
 
 RUN_SETTINGS = ("arch", "width", "k_cpt", "error_cost", "seed", "device")
 """Env keywords that are also settings of a training run (``train_agent.py --arch``, ...): the
@@ -119,9 +123,7 @@ def make_traffic(
         task = IMAGE_TASK
     task = make_task(task, **task_kwargs)
     if isinstance(split, str):
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train', 'test' or a Split, got {split!r}")
-        split = getattr(task.dataset(), split)
+        split = named_split(task.dataset(), split)
     if len(split) == 0:
         raise ValueError("the split has no examples to route")
     trainer = None
@@ -139,6 +141,19 @@ def make_traffic(
         share.net, share.trainer = net, trainer
     return Traffic(task, net, split, n, layout, k_cpt, error_cost, trainer, training=bool(train), cost=cost,
                    max_error_cost=None if max_error_cost is None else float(max_error_cost))
+
+
+def named_split(dataset: RoutingDataset, name: str) -> Split:
+    """The split of :data:`SPLITS` called ``name``: ``train`` and ``test`` are the dataset's own;
+    ``validation`` and ``train_part`` are the training split's part a training run holds out at
+    its defaults (:class:`~routing_rl.training.config.TrainConfig`'s ``validation_fraction``, ``seed``
+    and ``validation_mix``) and the rest, so that an agent trained on ``train_part`` is tuned on
+    images neither it nor the env's network has trained on."""
+    if name in ("train", "test"):
+        return getattr(dataset, name)
+    defaults = TrainConfig()
+    rest, held_out = dataset.validation_indices(defaults.validation_fraction, defaults.seed, defaults.validation_mix)
+    return dataset.train.subset(rest if name == "train_part" else held_out)
 
 
 def check_keywords(values: dict) -> None:
@@ -166,8 +181,8 @@ def _keyword_problem(name: str, value) -> str | None:
     if name == "k_cpt":
         return "a number >= 0 (cost per MAC, e.g. 4e-9) or 'dynamic'" if flag else None
     if name == "split":
-        return None if isinstance(value, str) and value in ("train", "test") or isinstance(value, Split) else \
-            "'train', 'test' or a Split"
+        return None if isinstance(value, str) and value in SPLITS or isinstance(value, Split) else \
+            f"one of {', '.join(SPLITS)} or a Split"
     if name == "arch":
         return None if value is None or isinstance(value, str) else "the name of one of the task's nets, or None"
     if name == "error_cost":

@@ -119,7 +119,7 @@ def benchmark(algo: str, env_id: str, seed: int, episodes: int, n_timesteps: int
     finally:
         progress.close()
     trained = time.perf_counter() - start
-    frozen = {key: value for key, value in env_kwargs.items() if key not in ("joint", "share")}
+    frozen = {key: value for key, value in env_kwargs.items() if key not in ("joint", "share", "split")}
     test = gym.make(env_id, split="test", train=False, net=env.unwrapped.net, **frozen)
     policies = {"agent": lambda observation, env: int(model.predict(observation, deterministic=True)[0]),
                 **constant_policies(every_exit)}

@@ -2,6 +2,9 @@
 off, named net shares, the RL Zoo hyperparameters in hyperparams/, and (slow) off-the-shelf
 DQN and PPO beating both constant policies on real data."""
 
+import ast
+import itertools
+import shlex
 import sys
 from pathlib import Path
 
@@ -147,6 +150,59 @@ def test_the_benchmark_reports_its_progress_while_an_algorithm_trains(tiny_data,
     assert lines and all(line.startswith("progress ppo seed 0 | step ") for line in lines), lines[:3]
     assert lines[-1].startswith("progress ppo seed 0 | step 32/32 (100%) | ") and "images/s" in lines[-1]
     assert record["n_timesteps"] == 32 and record["episodes"] == 3
+
+
+def zoo_command(path: Path) -> list[str]:
+    """The ``python -m rl_zoo3.train`` command a yml's header shows, as the shell splits it."""
+    lines = [line[1:].strip() for line in path.read_text().splitlines() if line.startswith("#")]
+    start = next(i for i, line in enumerate(lines) if line.startswith("python -m rl_zoo3.train"))
+    command = []
+    for line in lines[start:]:
+        command.append(line.rstrip("\\").strip())
+        if not line.endswith("\\"):
+            break
+    return shlex.split(" ".join(command))
+
+
+def eval_env_kwargs(command: list[str]) -> dict:
+    """``--eval-env-kwargs KEY:VALUE ...`` as the Zoo reads them (each VALUE a Python literal)."""
+    start = command.index("--eval-env-kwargs") + 1
+    pairs = itertools.takewhile(lambda token: not token.startswith("-"), command[start:])
+    return {key: ast.literal_eval(value) for key, value in (pair.split(":", 1) for pair in pairs)}
+
+
+@pytest.mark.parametrize("path", ZOO_FILES, ids=[p.stem for p in ZOO_FILES])
+def test_the_zoo_evaluates_on_the_validation_part_with_a_fixed_seed_and_quietly(dataset, path):
+    """Issue 48: the shown command's evaluation env drew from the training split at a random
+    seed and SB3 printed its table every 4 episodes. Now it routes the training env's net,
+    frozen, on the validation part the training env never draws from, at --seed 0, verbose 0."""
+    algo = path.stem
+    command = zoo_command(path)
+    assert command[:3] == ["python", "-m", "rl_zoo3.train"] and f"hyperparams/{algo}.yml" in command
+    assert command[command.index("--seed") + 1] == "0" and command[command.index("--verbose") + 1] == "0"
+    entry = pytest.importorskip("yaml").safe_load(path.read_text())["routing_rl/HybridRouting-v0"]
+    env_kwargs, evaluation = entry["env_kwargs"], eval_env_kwargs(command)
+    assert evaluation == {"share": env_kwargs["share"], "train": False, "max_error_cost": env_kwargs["max_error_cost"],
+                          "split": "validation"}
+    assert env_kwargs["split"] == "train_part"
+    name = f"test_rl_benchmark-{algo}"
+    training = gym.make("routing_rl/HybridRouting-v0", dataset=dataset, **{**env_kwargs, "share": name}).unwrapped
+    frozen = gym.make("routing_rl/HybridRouting-v0", dataset=dataset, **{**evaluation, "share": name}).unwrapped
+    NetShare._named.pop(name)
+    assert frozen.net is training.net and not frozen.traffic.training
+    seen, held_out = (set(map(bytes, env.traffic.split.images.numpy())) for env in (training, frozen))
+    assert held_out and seen and not seen & held_out, "the evaluation images are the training env's never"
+
+
+def test_the_named_splits_hold_the_validation_part_out_of_the_training_part(dataset):
+    from routing_rl.envs.factory import named_split
+
+    train_part, validation = (named_split(dataset, name) for name in ("train_part", "validation"))
+    assert len(train_part) + len(validation) == len(dataset.train) and len(validation) > 0
+    rows = {bytes(image.numpy()): n for n, image in enumerate(dataset.train.images)}
+    assert sorted(rows[bytes(i.numpy())] for i in [*train_part.images, *validation.images]) == list(range(len(rows)))
+    with pytest.raises(ValueError, match="split must be one of train, test, train_part, validation or a Split"):
+        gym.make("routing_rl/HybridRouting-v0", dataset=dataset, split="valid")
 
 
 SMALL_BUDGET = 8_000
