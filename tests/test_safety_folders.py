@@ -31,7 +31,9 @@ def cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path_factory.getbasetemp() / "safety-cache"))
 
 
-SB3 = ["--n-envs", "8", "--sb3-kwargs", '{"learning_starts": 8, "buffer_size": 512}']
+SB3 = ["--n-envs", "8", "--sb3-kwargs",
+       '{"learning_starts": 8, "buffer_size": 512, "policy_kwargs": {"net_arch": [16]}}']
+"""A small DQN: the default policy makes each of the run's four zips about 10 MB."""
 
 
 @pytest.fixture(scope="module")

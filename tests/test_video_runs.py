@@ -36,7 +36,7 @@ def runs(tmp_path_factory):
     agents = {
         "critic": ["--agent", "critic", "--policy", "eps-greedy", "--execution", "full", "--iterations", "4"],
         "actor": ["--agent", "actor", "--iterations", "4"],
-        "dqn": ["--agent", "dqn", "--iterations", "200", "--eval-every", "100"],
+        "dqn": ["--agent", "dqn", "--iterations", "200", "--eval-every", "100", "--checkpoint-every", "100"],
     }
     for name, args in agents.items():
         assert main([*common, *args, "--run-name", name]) == 0
