@@ -98,7 +98,10 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.vec_env import VecMonitor
 
-from routing_rl.training.config import SB3_AGENTS, TrainConfig
+from dataclasses import dataclass
+
+from routing_rl.training.config import SB3_AGENTS, SB3_MAX_SEED, TrainConfig
+from routing_rl.training.learners import JOINT_LR, LearnerOptions, LearnerSpec, register_learner
 from routing_rl.core.files import atomic_write
 from routing_rl.core.k_cpt import CostModel, eval_values
 from routing_rl.core.seeds import manual_seed
@@ -127,6 +130,8 @@ CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.zip"
 STAND_IN_ENVS = 8
 """Envs of the stand-in vector env :func:`check_sb3_kwargs` builds SB3's model on."""
+STAND_IN_ROWS = 1_000
+"""Transitions of the stand-in's replay buffer (DQN)."""
 PROBE_EXAMPLES = 64
 """Validation examples run through the net to tell a diverged feature network from a bug."""
 RUN_FILES = (HISTORY_FILE, MODEL_FILE, "best_model.zip", EVALUATIONS_FILE, PROGRESS_FILE, f"{CHECKPOINTS}/*_iterations.zip",
@@ -477,8 +482,11 @@ def check_sb3_kwargs(config: TrainConfig) -> None:
     Rather than copy those rules (and let the copy drift from SB3's), the algorithm is built
     here on a tiny stand-in env (a 4-float observation, the routing envs' discrete action)
     with the kwargs :func:`sb3_kwargs` would give it, and its error becomes the message:
-    a few milliseconds, before any folder is written. At most :data:`STAND_IN_ENVS` envs
-    stand in for ``n_envs`` (whose memory :func:`check_sb3_fits` checks later).
+    a few milliseconds, before any folder is written. What only takes memory is kept small
+    there and sized by :func:`check_sb3_fits` later: at most :data:`STAND_IN_ENVS` envs stand
+    in for ``n_envs``, at most :data:`STAND_IN_ROWS` for DQN's ``buffer_size``, and the policy
+    is built as given only on the meta device (:func:`sb3_policy`), the stand-in's without
+    hidden layers, so that a huge ``net_arch`` allocates nothing.
     """
     if config.agent not in SB3_AGENTS or not config.sb3_kwargs:
         return
@@ -496,8 +504,12 @@ def check_sb3_kwargs(config: TrainConfig) -> None:
         with warnings.catch_warnings():  # e.g. PPO's note on batch sizes: about the stand-in's single env
             warnings.simplefilter("ignore")
             stand_ins = DummyVecEnv([StandIn] * min(config.n_envs, STAND_IN_ENVS))
+            sb3_policy(config, StandIn.observation_space, StandIn.action_space)
             kwargs = copy.deepcopy(sb3_kwargs(config, config.n_envs))
             kwargs.pop("double_q", None)  # RoutingDQN's own, checked by TrainConfig
+            kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": []}
+            if "buffer_size" in kwargs:
+                kwargs["buffer_size"] = min(kwargs["buffer_size"], STAND_IN_ROWS)
             algorithm("MlpPolicy", stand_ins, device="cpu", **kwargs)
     except Exception as error:  # SB3's and torch's own checks raise TypeError, ValueError, AssertionError, ...
         raise ValueError(f"--sb3-kwargs {json.dumps(config.sb3_kwargs)}: SB3's {algorithm.__name__} refuses them "
@@ -505,30 +517,71 @@ def check_sb3_kwargs(config: TrainConfig) -> None:
 
 
 def check_sb3_fits(config: TrainConfig, task: RoutingTask, device: torch.device) -> None:
-    """Raise MemoryError, saying what would fit, when the SB3 agent's vector env or buffer
-    cannot fit: the ``n_envs`` examples in flight go through the net as one batch on
-    ``device`` (:func:`~routing_rl.training.footprint.check_fits` with ``--n-envs``); DQN's
+    """Raise MemoryError, saying what would fit, when the SB3 agent's vector env, policy or
+    buffer cannot fit. The ``n_envs`` examples in flight go through the net as one batch on
+    ``device`` (:func:`~routing_rl.training.footprint.check_fits` with ``--n-envs``). SB3's
+    policy, built as SB3 builds it from ``--sb3-kwargs`` but on the meta device
+    (:func:`sb3_policy`), trains on ``device`` with its gradients, optimiser state and batches
+    (:func:`~routing_rl.training.footprint.training_bytes`; DQN's target network too). DQN's
     replay buffer keeps two float32 observations per transition, PPO's and A2C's rollout
-    buffer one per env step, both in host memory."""
-    from routing_rl.training.footprint import FLOAT_BYTES, SUGGESTION_SHARE, available_bytes, check_fits
+    buffer one per env step, in host memory, which a policy on the CPU shares."""
+    from routing_rl.training.footprint import FLOAT_BYTES, SUGGESTION_SHARE, available_bytes, check_fits, training_bytes
 
     check_fits(config, lambda width: task.make_net(config.arch, width, config.dynamic_k_cpt), device,
                batch_size=config.n_envs, flag="--n-envs")
     net = task.make_net(config.arch, config.width, exit_confidence=config.exit_confidence)
-    observation = task.observation_layout(net, config.dynamic_k_cpt)
-    floats = int(np.prod(observation.observation_space.shape))
+    layout = task.observation_layout(net, config.dynamic_k_cpt)
+    floats = int(np.prod(layout.observation_space.shape))
     kwargs = sb3_kwargs(config, config.n_envs)
+    policy, trained = sb3_policy(config, layout.observation_space, layout.action_space)
+    batch, batch_name = ((kwargs["n_steps"] * config.n_envs, "n_steps") if config.agent == "a2c"
+                         else (kwargs["batch_size"], "batch_size"))
+    parameters = sum(p.numel() for p in policy.parameters())
+    net_arch = kwargs.get("policy_kwargs", {}).get("net_arch", SB3_DEFAULTS[config.agent]["policy_kwargs"]["net_arch"])
+    policy_part = (f"policy ({parameters:.3g} parameters, net_arch {json.dumps(net_arch)})",
+                   training_bytes(policy, trained, max(batch, config.n_envs)),
+                   lambda room: f"lower net_arch in --sb3-kwargs' policy_kwargs (now {json.dumps(net_arch)}) or "
+                                f"{batch_name} (now {kwargs[batch_name]})")
     if config.agent == "dqn":
         rows, name, per_row = kwargs["buffer_size"], "replay buffer of buffer_size", 2 * floats * FLOAT_BYTES
     else:
         rows, name, per_row = kwargs["n_steps"] * config.n_envs, "rollout buffer of n_steps × n_envs", floats * FLOAT_BYTES
-    free = available_bytes(torch.device("cpu"))
-    if free is not None and rows * per_row > free:
+    buffer_part = (f"{name} = {rows} observations of {floats} floats", rows * per_row,
+                   lambda room: f"lower {'buffer_size' if config.agent == 'dqn' else 'n_steps'} in --sb3-kwargs or "
+                                f"--n-envs to at most {room} observations in all")
+    on_device = device.type != "cpu"
+    for memory, parts in ((torch.device("cpu"), ([] if on_device else [policy_part]) + [buffer_part]),
+                          (device, [policy_part] if on_device else [])):
+        free = available_bytes(memory)
+        need = sum(size for _, size, _ in parts)
+        if not parts or free is None or need <= free:
+            continue
         gib = 2**30
-        raise MemoryError(f"out of memory: {config.agent}'s {name} = {rows} observations of {floats} floats needs about "
-                          f"{rows * per_row / gib:.3g} GiB, but the host has {free / gib:.3g} GiB free; lower "
-                          f"{'buffer_size' if config.agent == 'dqn' else 'n_steps'} in --sb3-kwargs or --n-envs to "
-                          f"at most {int(free * SUGGESTION_SHARE) // per_row} observations in all")
+        largest = max(parts, key=lambda part: part[1])
+        room = (int(free * SUGGESTION_SHARE) - need + buffer_part[1]) // per_row
+        raise MemoryError(f"out of memory: {config.agent}'s {' and '.join(what for what, _, _ in parts)} "
+                          f"{'need' if len(parts) > 1 else 'needs'} about {need / gib:.3g} GiB, but {memory} has "
+                          f"{free / gib:.3g} GiB free; {largest[2](max(room, 0))}")
+
+
+def sb3_policy(config: TrainConfig, observation_space, action_space) -> tuple[torch.nn.Module, list[torch.nn.Parameter]]:
+    """The policy SB3 builds for ``config``'s agent and keyword arguments on these spaces, on
+    the meta device (nothing allocated, however large ``net_arch``), and the parameters its
+    optimiser steps."""
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+    kwargs = copy.deepcopy(sb3_kwargs(config, config.n_envs))
+    kwargs.pop("double_q", None)  # RoutingDQN's own
+    model = {"dqn": DQN, "ppo": PPO, "a2c": A2C}[config.agent]("MlpPolicy", None, device="cpu",
+                                                               _init_setup_model=False, **kwargs)
+
+    class OnMeta(model.policy_class):
+        device = property(lambda self: torch.device("meta"))  # SB3 moves each part to the policy's device
+
+    on_policy = {"use_sde": model.use_sde} if isinstance(model, OnPolicyAlgorithm) else {}
+    with torch.device("meta"):
+        policy = OnMeta(observation_space, action_space, lambda _: 0.0, **on_policy, **model.policy_kwargs)
+    return policy, [p for group in policy.optimizer.param_groups for p in group["params"]]
 
 
 def checkpoints(run_dir: Path) -> list[Path]:
@@ -693,3 +746,27 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
             model.logger.close()
     model.save(run_dir / MODEL_FILE)
     return SB3Result(model, net, validation_callback.history, k_cpts, task.classes, task.sources, task)
+
+
+@dataclass
+class SB3Options(LearnerOptions):
+    """The SB3 agents' defaults: the env's joint training at ``JOINT_LR`` (every head learns
+    on every image); their own settings are :func:`sb3_kwargs`'s, changed by ``--sb3-kwargs``."""
+
+    lr: float | None = JOINT_LR
+
+
+@dataclass
+class DQNOptions(SB3Options):
+    """DQN's: ε falls to 0.1 (its final rate), and double Q-learning's targets (this module's
+    docstring says why)."""
+
+    epsilon: float | None = 0.1
+    double_q: bool | None = True
+
+
+SB3_READS = ("error_cost", "sb3_kwargs")  # a 0/1 error is only a reward to them
+register_learner(LearnerSpec("dqn", DQNOptions, policies=("eps-greedy",), max_seed=SB3_MAX_SEED,
+                             reads=(*SB3_READS, "double_q")))
+register_learner(LearnerSpec("ppo", SB3Options, policies=("softmax",), max_seed=SB3_MAX_SEED, reads=SB3_READS))
+register_learner(LearnerSpec("a2c", SB3Options, policies=("softmax",), max_seed=SB3_MAX_SEED, reads=SB3_READS))

@@ -6,16 +6,21 @@ before it deletes anything (tiny synthetic data)."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
+from test_safety_folders import finished_dqn, finished_dqn_logdir  # noqa: F401  (fixtures)
 from test_safety_resume import tensors
+from test_safety_runs import args, refused, snapshot
 from test_sb3 import short_config, tiny_dataset
 
 from routing_rl.agents.sb3 import RoutingDQN, checkpoints, train_sb3
@@ -203,3 +208,59 @@ def test_a_resumed_run_leaves_a_hard_linked_copy_of_its_folder_as_it_was(agent, 
     with np.load(tmp_path / "straight" / "evaluations.npz") as a, np.load(tmp_path / "run" / "evaluations.npz") as b:
         assert a["timesteps"].tolist() == b["timesteps"].tolist() and len(a["timesteps"]) == 3
         assert np.array_equal(a["results"], b["results"]) and np.array_equal(a["ep_lengths"], b["ep_lengths"])
+
+
+# --- item 10: --overwrite sizes the SB3 policy before it deletes anything -----------------------
+
+BIG_POLICY = ["--sb3-kwargs", '{"policy_kwargs": {"net_arch": [400000]}}']
+
+
+def test_overwrite_keeps_a_finished_dqn_run_whose_new_policy_cannot_fit(finished_dqn, tiny_data, capsys,  # noqa: F811
+                                                                        monkeypatch):
+    """A 400,000-unit layer over DQN's 2,055 observations: 1.65e9 parameters with the target
+    network, 18 GiB and more to train, refused on a machine with 8 GiB free before the
+    finished run is touched, naming the setting to lower."""
+    from routing_rl.training import footprint
+
+    monkeypatch.setattr(footprint, "available_bytes", lambda device: 8 * 2**30)
+    before = snapshot(finished_dqn)
+    err = refused(args(tiny_data, finished_dqn.parent, "run", "--overwrite", "--n-envs", "8", *BIG_POLICY,
+                       agent="dqn"), capsys)
+    assert "out of memory: dqn's policy (1.65e+09 parameters, net_arch [400000]) and replay buffer" in err, err
+    assert "but cpu has 8 GiB free; lower net_arch in --sb3-kwargs' policy_kwargs (now [400000]) or batch_size" in err
+    assert snapshot(finished_dqn) == before
+
+
+@pytest.mark.parametrize("agent, net_arch, parameters", [("dqn", [10**6, 10**6], "2e+12"),  # with its target network
+                                                        ("ppo", {"pi": [10**6, 10**6], "vf": [8]}, "1e+12")])
+def test_a_policy_larger_than_any_machine_is_sized_not_allocated(agent, net_arch, parameters, tiny_data, tmp_path,
+                                                                 capsys):
+    """10^12 parameters and more: checking SB3's keyword arguments on its stand-in env
+    allocates none of them (it would ask for terabytes), and the memory check names the policy."""
+    kwargs = ["--sb3-kwargs", json.dumps({"policy_kwargs": {"net_arch": net_arch}})]
+    err = refused(args(tiny_data, tmp_path, "run", "--n-envs", "8", *kwargs, agent=agent), capsys)
+    assert f"out of memory: {agent}'s policy ({parameters} parameters, net_arch {json.dumps(net_arch)})" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_running_out_of_memory_while_an_sb3_agent_trains_names_its_settings(tiny_data, tmp_path, capsys, monkeypatch):
+    def allocate(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried "
+                           "to allocate 6585600000 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr("routing_rl.agents.sb3.train_sb3", allocate)
+    err = refused(args(tiny_data, tmp_path, "run", "--n-envs", "8", agent="dqn"), capsys)
+    assert err.endswith("lower --n-envs (now 8), --width (now 1) or the sizes in --sb3-kwargs (buffer_size, batch_size, "
+                        "n_steps, policy_kwargs' net_arch; now {}), then start again with --overwrite"), err
+
+
+def test_the_free_memory_is_capped_by_the_address_space_limit():
+    """``ulimit -v``: what the process may still map, not the machine's free memory."""
+    code = ("import re, resource, torch; from routing_rl.training.footprint import available_bytes\n"
+            "mapped = int(re.search(r'VmSize:\\s+(\\d+) kB', open('/proc/self/status').read())[1]) * 1024\n"
+            "cap = mapped + 2**30\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (cap, resource.getrlimit(resource.RLIMIT_AS)[1]))\n"
+            "print(available_bytes(torch.device('cpu')) / 2**30)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert 0.9 < float(done.stdout) <= 1.0, "1 GiB more than the process maps, less what it mapped since"

@@ -505,16 +505,20 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
             raise
         raise RunError(f"no space left on device writing into {run_dir}; the checkpoints written are kept: free some "
                        f"space, then --resume {run_dir}") from None
-    except (torch.OutOfMemoryError, RuntimeError) as error:
+    except (torch.OutOfMemoryError, RuntimeError, MemoryError) as error:  # MemoryError: NumPy's (SB3's buffers)
         if "without overflow" in str(error):  # a step size float32 cannot hold: the NaN guard's advice
             sb3_lr = config.sb3_kwargs.get("learning_rate")
             also = f" or learning_rate in --sb3-kwargs (now {sb3_lr:g})" if sb3_lr is not None else ""
             raise RunError(f"{run_dir}: a training step overflowed float32 ({error}); lower --lr (now {config.resolved_lr:g}){also} "
                            "and start again with --overwrite") from None
-        if not isinstance(error, torch.OutOfMemoryError) and not any(m in str(error) for m in OUT_OF_MEMORY):
+        if not isinstance(error, (torch.OutOfMemoryError, MemoryError)) and not any(m in str(error) for m in OUT_OF_MEMORY):
             raise
-        raise RunError(f"out of memory while training in {run_dir} on {device}: lower --batch-size (now "
-                       f"{config.batch_size}) or --width (now {config.width}), then start again with --overwrite") from None
+        sizes = f"--batch-size (now {config.batch_size}) or --width (now {config.width})"
+        if config.agent in SB3_AGENTS:  # its policy and buffers are sized by its own settings
+            sizes = (f"--n-envs (now {config.n_envs}), --width (now {config.width}) or the sizes in --sb3-kwargs "
+                     f"(buffer_size, batch_size, n_steps, policy_kwargs' net_arch; now {json.dumps(config.sb3_kwargs)})")
+        raise RunError(f"out of memory while training in {run_dir} on {device}: lower {sizes}, then start again with "
+                       "--overwrite") from None
     # a router that sends everything to one exit is judged against each exit alone
     alone = heads_alone(net, task.examples(test), evaluations[0]["k_cpt"]) if net.junctions else {}
     if alone:

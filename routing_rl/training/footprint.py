@@ -6,17 +6,24 @@ activations linearly, which bounds a wide net without allocating it. Training
 keeps, per parameter, the weight, its gradient and SGD's momentum, and per example the
 input, its augmented copy and every layer's output with its gradient. A run whose estimate
 exceeds the device's free memory is refused with sizes that would fit, rather than dying
-in the allocator (or under the kernel's OOM killer) mid-run.
+in the allocator (or under the kernel's OOM killer) mid-run. An SB3 agent's policy is sized
+from the policy itself, built on the meta device (:func:`training_bytes`). On the CPU the
+free memory is capped by the process's address-space limit (``ulimit -v``) where one is set.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+try:
+    import resource
+except ImportError:  # Windows: no address-space cap to read
+    resource = None
 
 from routing_rl.core.graph import RoutedNet
 from routing_rl.training.config import TrainConfig
@@ -66,16 +73,43 @@ def estimate(build_net: Callable[[int], RoutedNet], dynamic_k_cpt: bool = False)
 
 
 def available_bytes(device: torch.device) -> int | None:
-    """Free memory on ``device`` (CUDA: free device memory; CPU: the kernel's MemAvailable),
-    None where it cannot be told."""
+    """Free memory on ``device`` (CUDA: free device memory; CPU: the kernel's MemAvailable, or
+    less where the process's address space is capped, ``ulimit -v``: the cap less what the
+    process maps already), None where it cannot be told."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    meminfo = Path("/proc/meminfo")
-    if device.type == "cpu" and meminfo.is_file():
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+    if device.type != "cpu":
+        return None
+    free = _proc_kib("/proc/meminfo", "MemAvailable:")
+    cap = resource.getrlimit(resource.RLIMIT_AS)[0] if resource is not None else None
+    mapped = _proc_kib("/proc/self/status", "VmSize:")
+    if cap not in (None, getattr(resource, "RLIM_INFINITY", None)) and mapped is not None:
+        free = min(free if free is not None else cap, max(cap - mapped, 0))
+    return free
+
+
+def _proc_kib(path: str, field: str) -> int | None:
+    """Bytes in the ``field`` line (in kB) of a /proc file; None without one."""
+    path = Path(path)
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.startswith(field):
                 return int(line.split()[1]) * 1024
     return None
+
+
+def training_bytes(module: torch.nn.Module, trained: Iterable[torch.nn.Parameter], batch_size: int) -> int:
+    """Bytes that training ``module``, a multilayer perceptron (built on the meta device, so
+    that sizing it allocates nothing), takes on batches of ``batch_size``: every parameter's
+    value; for each ``trained`` one (its optimiser's) a gradient and two values of optimiser
+    state (Adam's moments; RMSprop and momentum SGD keep fewer), and once the largest of them
+    again (the optimiser's step works tensor by tensor, through temporaries); per example,
+    each linear layer's output and its activation, with their gradients."""
+    trained = list(trained)
+    outputs = sum(m.out_features for m in module.modules() if isinstance(m, torch.nn.Linear))
+    values = (sum(p.numel() for p in module.parameters()) + 3 * sum(p.numel() for p in trained)
+              + max((p.numel() for p in trained), default=0))
+    return FLOAT_BYTES * (values + 4 * outputs * batch_size)
 
 
 def check_fits(config: TrainConfig, build_net: Callable[[int], RoutedNet], device: torch.device, resident: int = 0,
