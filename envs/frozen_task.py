@@ -8,8 +8,8 @@ and kept in the data cache, memory-mapped), and its net is the chain on those
 minutes on a CPU, with every path costing the MACs the full backbone spends. Register it
 under an id in your own module and train it like any plug-in task (``docs/own-network.md``)::
 
-    register_task("mine/FrozenResNet20-v0", FrozenBackboneTask, backbone="runs/plain-resnet20/checkpoint.pt",
-                  arch="resnet20-exits", dataset="cifar10", k_cpt=1e-8)
+    register_task("mine/FrozenResNet20-v0", FrozenBackboneTask, chain="resnet20-exits",
+                  backbone="runs/plain-resnet20/checkpoint.pt", dataset="cifar10", k_cpt=1e-8)
 
 A frozen run's checkpoint loads into the full net with :func:`~routing_rl.nets.frozen.attach`
 (:meth:`FrozenBackboneTask.full_net` builds it with the backbone loaded).
@@ -63,27 +63,36 @@ class FrozenBackboneTask(RoutingTask):
     """An image dataset's exit features under a frozen, trained backbone (module docstring).
 
     Args:
-        backbone: the trained weights, for ``arch``: a ``state_dict`` file or a run's
-            ``checkpoint.pt`` whose node names the chain shares (a static ``resnetD`` run's for
-            ``resnetD-exits``).
-        arch: an image task's chain (``resnetD-exits``) whose backbone ``backbone`` fills.
-        net: instead of ``arch``, ``"module:function"`` of a function returning a routed chain
-            with its backbone already trained, e.g. a :func:`~routing_rl.nets.routable.routable`
-            of a model whose ``state_dict`` it loaded (``backbone`` is then optional).
-        dataset, data_dir, download: the image dataset, as :class:`~routing_rl.envs.image_task.ImageTask`'s.
-        width: ``arch``'s channel multiplier (the backbone's).
+        chain: the routed chain: an image task's arch (``resnetD-exits``), whose backbone
+            ``backbone`` fills, or ``"module:function"`` of a function returning a chain with its
+            backbone already trained, e.g. a :func:`~routing_rl.nets.routable.routable` of a
+            model whose ``state_dict`` it loaded (``backbone`` is then optional).
+        backbone: the trained weights: a ``state_dict`` file or a run's ``checkpoint.pt`` whose
+            node names the chain shares (a static ``resnetD`` run's for ``resnetD-exits``).
+        dataset: the image dataset's name, as :class:`~routing_rl.envs.image_task.ImageTask`'s.
+        data_dir: where its files are (default ``$ROUTING_RL_DATA_DIR``).
+        download: try torchvision's downloaders when the files are not found.
+        backbone_width: an image task chain's channel multiplier (the backbone's).
+
+    (``arch``, ``width`` and ``net`` are the environment's own keywords, hence these names.)
+
+    Attributes:
+        image_task: the :class:`~routing_rl.envs.image_task.ImageTask` whose images the
+            features come from (``image_task.dataset()``: the images, in the same order).
     """
 
-    def __init__(self, backbone: str | None = None, arch: str | None = "resnet20-exits", net: str | None = None,
-                 dataset: str = "cifar10", width: int = 1, data_dir: str | Path | None = None, download: bool = True):
-        if net is None and backbone is None:
-            raise ValueError("a frozen backbone needs its trained weights: give backbone= (a state_dict file or a run's "
-                             "checkpoint.pt), or net= a function that builds the trained chain")
-        self.images = ImageTask(dataset, data_dir, download)
-        self.backbone, self.width, self.net_factory = backbone, width, net
-        self.arch = arch if net is None else net.rpartition(":")[2]
-        if net is None and arch not in self.images.archs:
-            raise ValueError(f"unknown arch {arch!r}; choose a chain of exits such as resnet20-exits")
+    def __init__(self, chain: str = "resnet20-exits", backbone: str | None = None, dataset: str = "cifar10",
+                 backbone_width: int = 1, data_dir: str | Path | None = None, download: bool = True):
+        self.image_task = ImageTask(dataset, data_dir, download)
+        self.backbone, self.width = backbone, backbone_width
+        self.net_factory = chain if ":" in chain else None
+        if self.net_factory is None and backbone is None:
+            raise ValueError(f"a frozen {chain} needs its trained weights: give backbone= (a state_dict file or a run's "
+                             "checkpoint.pt), or chain='module:function' of a function that builds the trained chain")
+        if self.net_factory is None and chain not in self.image_task.archs:
+            raise ValueError(f"unknown chain {chain!r}; name a chain of exits such as resnet20-exits, or "
+                             "'module:function' of a function that builds yours")
+        self.arch = chain.rpartition(":")[2]
         self.archs = (self.arch,)
 
     def full_net(self, k_cpt_input: bool = False) -> RoutedNet:
@@ -98,13 +107,13 @@ class FrozenBackboneTask(RoutingTask):
                 raise ValueError(f"{self.net_factory} builds routers that {'do not ' if k_cpt_input else ''}read k_cpt; "
                                  "build them with k_cpt_input to match, or use a fixed --k-cpt")
         else:
-            net = self.images.build_net(self.arch, self.width, k_cpt_input)
+            net = self.image_task.build_net(self.arch, self.width, k_cpt_input)
         if self.backbone is not None:
             load_backbone(net, backbone_state(self.backbone))
         return net
 
     def load_dataset(self) -> RoutingDataset:
-        images = self.images.dataset()
+        images = self.image_task.dataset()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)  # the heads' and routers' initial weights enter the digest, not the features
             reference = self.full_net()
@@ -121,5 +130,5 @@ class FrozenBackboneTask(RoutingTask):
 
     def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:
         if width != 1:
-            raise ValueError("--width does not apply to a frozen backbone; give the task's width keyword the backbone's")
+            raise ValueError("--width does not apply to a frozen backbone; give the task's backbone_width keyword")
         return frozen_net(self.full_net(k_cpt_input))

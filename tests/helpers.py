@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -51,3 +56,41 @@ def vector_tree(k_cpt_input: bool = False, features: int = 6, classes: int = 3) 
         "leafD": Node(nn.Linear(5, classes)),
     }
     return RoutedNet(nodes, root="root", input_shape=(features,), classes=classes, k_cpt_input=k_cpt_input)
+
+
+GUIDE_BLOCK = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def guide_blocks(guide: Path) -> list[tuple[str, str | None, str]]:
+    """(language, file name or None, code) of every fenced block of a docs page, in order."""
+    out = []
+    for language, info, code in GUIDE_BLOCK.findall(Path(guide).read_text()):
+        title = re.search(r'title="([^"]+)"', info)
+        out.append((language, title.group(1) if title else None, code))
+    return out
+
+
+def run_guide(guide: Path, folder: Path, env: dict) -> list[subprocess.CompletedProcess]:
+    """Run a docs page as written, in ``folder``: a block with a ``title`` is written to that
+    file, a ``python`` block runs as a script and any other as bash, except ``text`` blocks
+    (shown, not run); returns each run block's finished process (its ``stdout``, ``stderr``).
+    Fails naming the first block that fails."""
+    outputs = []
+    for number, (language, title, code) in enumerate(guide_blocks(guide)):
+        if title is not None:
+            path = folder / title
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(code)
+            continue
+        if language == "text":
+            continue
+        if language == "python":
+            script = folder / f"guide_block_{number}.py"
+            script.write_text(code)
+            command = [sys.executable, str(script)]
+        else:
+            command = ["bash", "-euo", "pipefail", "-c", code]
+        done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, f"block {number} failed:\n{code}\n{done.stdout}\n{done.stderr}"
+        outputs.append(done)
+    return outputs

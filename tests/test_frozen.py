@@ -78,7 +78,7 @@ def test_a_trained_plain_resnet_s_heads_and_routers_train_on_cached_features(tin
     env = "tests/FrozenResNet20-v0"
     if env in gym.registry:
         del gym.registry[env]
-    register_task(env, FrozenBackboneTask, backbone=str(checkpoint), arch="resnet20-exits", dataset="cifar10",
+    register_task(env, FrozenBackboneTask, chain="resnet20-exits", backbone=str(checkpoint), dataset="cifar10",
                   data_dir=str(tiny_data), download=False, k_cpt=4e-9)
     for agent in ("actor", "threshold"):
         assert main(command(env, tiny_data, logdir, agent, "--agent", agent)) == 0
@@ -89,7 +89,7 @@ def test_a_trained_plain_resnet_s_heads_and_routers_train_on_cached_features(tin
     assert config.arch == "resnet20-exits" and cached.input_shape == (16 + 32 + 10,)  # pooled at exit1 and exit2, the logits
     full = task.full_net()
     frozen.attach(full, cached.state_dict()).eval()
-    images = task.images.dataset().test
+    images = task.image_task.dataset().test
     features = task.dataset().test.images
     torch.testing.assert_close(dynamic(full, images.images).logits, dynamic(cached, features).logits, rtol=1e-4, atol=1e-4)
     _, _, static = load_run(logdir / "plain")
@@ -103,10 +103,10 @@ def test_a_trained_plain_resnet_s_heads_and_routers_train_on_cached_features(tin
 
 
 def test_a_frozen_task_is_refused_without_weights_or_with_another_width():
-    with pytest.raises(ValueError, match="needs its trained weights"):
+    with pytest.raises(ValueError, match="a frozen resnet20-exits needs its trained weights"):
         FrozenBackboneTask()
-    with pytest.raises(ValueError, match="unknown arch 'chain-of-fools'"):
-        FrozenBackboneTask(backbone="x.pt", arch="chain-of-fools")
+    with pytest.raises(ValueError, match="unknown chain 'chain-of-fools'"):
+        FrozenBackboneTask(chain="chain-of-fools", backbone="x.pt")
     with pytest.raises(ValueError, match="is not a file"):
         FrozenBackboneTask(backbone="missing.pt").full_net()
     with pytest.raises(ValueError, match="--width does not apply"):

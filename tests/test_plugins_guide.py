@@ -9,18 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import guide_blocks, run_guide
+
 CHECKOUT = Path(__file__).resolve().parents[1]
 GUIDE = CHECKOUT / "docs" / "plugins.md"
-BLOCK = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
 def blocks() -> list[tuple[str, str | None, str]]:
-    """(language, file name or None, code) of every fenced block, in order."""
-    out = []
-    for language, info, code in BLOCK.findall(GUIDE.read_text()):
-        title = re.search(r'title="([^"]+)"', info)
-        out.append((language, title.group(1) if title else None, code))
-    return out
+    return guide_blocks(GUIDE)
 
 
 def test_the_guide_has_a_task_a_registration_training_evaluation_and_plots():
@@ -40,23 +36,8 @@ def test_the_guide_has_a_task_a_registration_training_evaluation_and_plots():
 def test_the_guide_runs_exactly_as_written(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(tmp_path), OMP_NUM_THREADS="1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    outputs, errors = [], []
-    for number, (language, title, code) in enumerate(blocks()):
-        if title is not None:
-            path = tmp_path / title
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(code)
-            continue
-        if language == "python":
-            script = tmp_path / f"guide_block_{number}.py"
-            script.write_text(code)
-            command = [sys.executable, str(script)]
-        else:
-            command = ["bash", "-euo", "pipefail", "-c", code]
-        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"block {number} failed:\n{code}\n{done.stdout}\n{done.stderr}"
-        outputs.append(done.stdout)
-        errors.append(done.stderr)
+    done = run_guide(GUIDE, tmp_path, env)
+    outputs, errors = [block.stdout for block in done], [block.stderr for block in done]
 
     assert not (CHECKOUT / "mytasks").exists(), "the package lives outside the checkout"
     for run in ("blobs-actor", "blobs-critic", "blobs-dqn", "clips-actor", "clips-dqn"):

@@ -73,6 +73,16 @@ def test_routed_execution_skips_segments_and_agrees_with_full_evaluation(wrapped
     assert routed.macs.tolist() == [net.leaf_path_macs[leaf] for leaf in routed.leaf.tolist()]
 
 
+def test_a_lone_training_example_is_normalised_with_the_running_statistics():
+    net = routable(torchvision.models.resnet18(num_classes=10), ["layer3"], SHAPE).train()
+    last_norm = net.nodes["exit2"].transform.graph.get_submodule("layer4_1_bn2")  # 1×1 maps on 32×32 images
+    before = last_norm.running_mean.clone()
+    logits = net(torch.randn(1, *SHAPE)).logits["exit2"]  # torch's batch norm refuses one value per channel
+    assert logits.shape == (1, 10) and torch.equal(last_norm.running_mean, before) and last_norm.training
+    net(torch.randn(2, *SHAPE))
+    assert not torch.equal(last_norm.running_mean, before), "batches of two or more train the statistics as usual"
+
+
 def test_a_trained_model_s_weights_are_the_wrapper_s():
     torch.manual_seed(1)
     trained = torchvision.models.resnet18(num_classes=10).eval()

@@ -48,6 +48,33 @@ class RoutableError(ValueError):
     """The model cannot be cut at these exits; the message says why and what to change."""
 
 
+class Segment(nn.Module):
+    """One part of the traced model between two exits.
+
+    Routed training hands a node whatever sub-batch reached it, sometimes one example, and a
+    model's batch norm on 1×1 maps (ResNet-18's last stage on 32×32 images) has no batch
+    statistics for it: a lone example in training mode is normalised with the running
+    statistics, as the routers' batch norm does (:class:`~routing_rl.nets.router.RouterBatchNorm`).
+    """
+
+    def __init__(self, graph: fx.GraphModule):
+        super().__init__()
+        self.graph = graph
+        self._norms = [m for m in graph.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+    def forward(self, state):
+        if not (self.training and isinstance(state, torch.Tensor) and state.shape[0] == 1 and self._norms):
+            return self.graph(state)
+        modes = [norm.training for norm in self._norms]
+        for norm in self._norms:
+            norm.train(False)
+        try:
+            return self.graph(state)
+        finally:
+            for norm, mode in zip(self._norms, modes):
+                norm.train(mode)
+
+
 def graph_node_names(model: nn.Module) -> list[str]:
     """The names :func:`routable` takes as exits (eval mode's nodes, in order): refuses a model
     that fx cannot trace, or that traces differently in training and eval mode."""
@@ -111,8 +138,9 @@ def routable(model: nn.Module, exits: Sequence[str], input_shape: Sequence[int],
     exits = sorted(exits, key=lambda name: order[marks[name]])
     cuts = [order[marks[name]] for name in exits]
     parts = split_module(traced, model, lambda node: sum(order[node] > cut for cut in cuts), keep_original_order=True)
-    segments = [getattr(parts, f"submod_{i}") for i in range(len(exits) + 1)]
-    _check_cuts(segments, exits, type(model).__name__)
+    graphs = [getattr(parts, f"submod_{i}") for i in range(len(exits) + 1)]
+    _check_cuts(graphs, exits, type(model).__name__)
+    segments = [Segment(graph) for graph in graphs]
     shapes = _shapes(model, segments, input_shape, exits)
     logits = shapes[-1]
     if len(logits) != 1:
@@ -140,7 +168,7 @@ def _check_cuts(segments: list[fx.GraphModule], exits: list[str], model_name: st
                                 "or the exit is not on the main path; pick a node every later operation depends on alone")
 
 
-def _shapes(model: nn.Module, segments: list[fx.GraphModule], input_shape: Sequence[int],
+def _shapes(model: nn.Module, segments: list[Segment], input_shape: Sequence[int],
             exits: list[str]) -> list[tuple[int, ...]]:
     """Each segment's output shape without the batch, from two random examples, after checking
     that the segments in a row compute what ``model`` does."""
