@@ -421,3 +421,16 @@ def test_profile_latency_refuses_what_it_cannot_time_or_write_before_timing(flag
     err = one_line_exit(lambda: latency.profile_main([f.format(tmp=tmp_path) for f in flags]), capsys)
     assert err.startswith("profile_latency.py: error: ") and message.format(tmp=tmp_path) in err
     assert (tmp_path / "afile").read_text() == "mine" and not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("pair, message", [
+    ("seed=1", "the reproduction sets it from --seeds; give it there"),
+    ("agent=critic", "the reproduction sets it from --figure; give it there"),
+    ("static_lr=0.1", "the reproduction sets it from --static-lr; give it there"),
+    ("run_name=mine", "the reproduction names every run itself; drop it"),
+])
+def test_reproduce_set_refuses_a_field_it_sets_itself(pair, message, tmp_path, capsys):
+    from routing_rl.app import reproduce
+
+    assert reproduce.main(["--figure", "hybrid", "--dry-run", "--logdir", str(tmp_path / "runs"), "--set", pair]) == 2
+    assert capsys.readouterr().err.strip() == f"reproduce_paper.py: error: --set {pair.split('=')[0]}: {message}"

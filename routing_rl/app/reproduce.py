@@ -52,6 +52,10 @@ K_CPTS = (0.0, 4e-9, 1.6e-8, 6.4e-8)
 """The k_cpt values of every learner series by default: every other one of the paper's eight
 (``K_CPT_VALUES``), from free computation to the dearest."""
 STATIC_COLUMNS = tuple(range(1, 9))
+SET_BY_FLAG = {"agent": "--figure", "dataset": "--figure", "env": "--figure", "k_cpt": "--k-cpts", "seed": "--seeds",
+               "preset": "--preset", "static_lr": "--static-lr", "logdir": "--logdir", "device": "--device",
+               "data_dir": "--data-dir", "run_name": None}
+"""Fields ``--set`` refuses, each with the flag that sets it (None: the runs are named by their figure)."""
 HOLDS, FAILS, OPEN = "holds", "does not hold", "not resolved at this scale"
 CPU_SECONDS_PER_MAC = 0.235 / (128 * 20_551_424)
 """Training time per MAC of full evaluation and example, one thread on the 2-core x86 CPU of
@@ -766,7 +770,8 @@ def _reproduce(args, prog: str) -> int:
     catalogue = figures(sorted(args.k_cpts), sorted(args.widths))
     chosen = [catalogue[n] for n in (catalogue if "all" in args.figure else dict.fromkeys(args.figure))]
     logdir = Path(args.logdir)
-    machine = {"data_dir": args.data_dir, "device": args.device, **schedule_fields(args)}
+    machine = {"data_dir": args.data_dir, "device": args.device,
+               **schedule_fields(args, SET_BY_FLAG, "the reproduction")}
     statics = {s.folder: s for f in chosen for s in f.series if s.agent == "static"}
     lr_of = {folder: ([None] if args.static_lr == "auto" else args.static_lr) for folder in statics}
     planned = plan_runs(chosen, args.preset, args.seeds, sorted(args.k_cpts), args.static, lr_of, logdir, machine)

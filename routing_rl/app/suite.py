@@ -54,8 +54,8 @@ SET_BY_FLAG = {"agent": "--agent", "policy": "--policy", "k_cpt": "--k-cpts", "s
                "env": "--tasks", "logdir": "--logdir", "preset": "--preset", "static_lr": "--static-lr",
                "lr": "--static-lr (static nets and threshold) or --learner-set lr=VALUE (learners)",
                "device": "--device", "data_dir": "--data-dir", "download": "--download",
-               "validation_fraction": "--validation-fraction"}
-"""Fields ``--set`` refuses, each with the flag that sets it (``run_name``: the suite names its runs)."""
+               "validation_fraction": "--validation-fraction", "run_name": None}
+"""Fields ``--set`` refuses, each with the flag that sets it (None: the suite names its runs)."""
 STATIC_LRS = (0.1, 0.02)
 """The static nets' learning rates by default, each net's point the better on validation: one
 rate for every net starves some of them (docs/suite.md, "The static frontier")."""
@@ -344,21 +344,12 @@ def main(argv: list[str] | None = None, prog: str = "suite.py") -> int:
     return exit_status(prog, lambda: _suite(args, prog, argv))
 
 
-def check_set_fields(schedule: dict) -> None:
-    """RunError naming the flag to use when ``--set`` gives a field the suite sets from its own flags."""
-    for name in schedule:
-        if name == "run_name":
-            raise RunError("--set run_name: the suite names every run itself; drop it")
-        if name in SET_BY_FLAG:
-            raise RunError(f"--set {name}: the suite sets it from {SET_BY_FLAG[name]}; give it there")
-
-
 def _suite(args, prog: str, argv: list[str] | None) -> int:
     if args.json:
         problem = file_problem(Path(args.json))
         if problem:  # before hours of training, not after
             raise RunError(f"--json {problem}; choose another --json")
-    check_set_fields(fields(args.set))
+    schedule = schedule_fields(args, SET_BY_FLAG, "the suite")
     agents = list(dict.fromkeys(AGENT_ALIASES.get(agent, agent) for agent in args.agent))
     if "static" in agents:
         raise RunError("the suite trains the static nets itself; give learners with --agent")
@@ -366,7 +357,7 @@ def _suite(args, prog: str, argv: list[str] | None) -> int:
         raise RunError("--static-lr takes learning rates or auto alone, not both")
     static_lr = "auto" if args.static_lr == ["auto"] else list(dict.fromkeys(args.static_lr))
     machine = dict(device=args.device, data_dir=args.data_dir, download=args.download,
-                   validation_fraction=args.validation_fraction, **schedule_fields(args))
+                   validation_fraction=args.validation_fraction, **schedule)
     try:
         results = run_suite(agents, args.tasks, args.k_cpts, args.seeds, args.preset, args.policy, static_lr,
                             args.lr_candidates, args.lr_iterations, args.logdir,

@@ -225,9 +225,18 @@ def add_schedule_arguments(parser) -> None:
                         help="other config fields of every run, values in JSON (e.g. eval_every=500 validation_fraction=0.2)")
 
 
-def schedule_fields(args) -> dict:
-    """The config fields :func:`add_schedule_arguments`' flags give (``iterations`` None: the preset's)."""
-    return {"iterations": args.iterations, **fields(args.set)}
+def schedule_fields(args, own_flags: dict[str, str | None] | None = None, who: str = "the command") -> dict:
+    """The config fields :func:`add_schedule_arguments`' flags give (``iterations`` None: the preset's).
+
+    ``own_flags``: the fields ``who`` sets itself, each with the flag that sets it (None: it
+    names its runs); ``--set`` giving one is a RunError naming that flag, not a second value."""
+    given = fields(args.set)
+    for name in given:
+        if name in (own_flags or {}):
+            flag = own_flags[name]
+            raise RunError(f"--set {name}: {who} names every run itself; drop it" if flag is None
+                           else f"--set {name}: {who} sets it from {flag}; give it there")
+    return {"iterations": args.iterations, **given}
 
 
 def fields(pairs: Sequence[str], flag: str = "--set") -> dict:
