@@ -21,6 +21,7 @@ from test_cli import cache  # noqa: F401 (fixture: a scratch cache; tiny_data co
 from routing_rl.app import workers
 from routing_rl.app.runs import RunError
 from routing_rl.app.sweep import SweepError, plan, run_sweep, sweep_configs
+from routing_rl.training.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,6 +94,30 @@ def test_a_run_folder_with_other_settings_is_refused_before_anything_trains(tiny
     assert not (tmp_path / changed[1].run_name).exists()
     with pytest.raises(RunError, match="share"):
         plan([configs[0], configs[0]])
+
+
+def kill_own_worker_or_finish(config, threads, gpu, environ):
+    """A worker's stand-in for :func:`workers.train_in_worker`: the run named ``*-dies``
+    SIGKILLs its own worker process once the other run is in flight; the other finishes a
+    while after that."""
+    logdir = Path(config.logdir)
+    if config.run_name.endswith("-dies"):
+        while not (logdir / "survivor-started").exists():
+            time.sleep(0.02)
+        (logdir / "dying").touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    (logdir / "survivor-started").touch()
+    while not (logdir / "dying").exists():
+        time.sleep(0.02)
+    time.sleep(2.0)  # the other worker is dead by now: a pool it shared would have failed this run too
+    return {"test_accuracy": 0.5, "test_mean_macs": 1.0, "train_seconds": 0.0}
+
+
+def test_a_worker_that_dies_fails_only_its_own_run(tmp_path):
+    survivor, doomed = (TrainConfig(logdir=str(tmp_path), run_name=name) for name in ("run-lives", "run-dies"))
+    done = dict(workers.local_workers([(0, survivor), (1, doomed)], [None, None], train=kill_own_worker_or_finish))
+    assert done[0] == {"test_accuracy": 0.5, "test_mean_macs": 1.0, "train_seconds": 0.0}
+    assert done[1] == {"error": "its worker process died (killed, or out of memory); run the sweep again to resume"}
 
 
 def test_ray_without_ray_installed_says_how_to_install_it(tiny_data, tmp_path, monkeypatch):

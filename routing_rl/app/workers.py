@@ -6,8 +6,9 @@ dict: ``test_accuracy``, ``test_mean_macs`` and ``train_seconds`` of a finished 
 ``error``, one line, for a run that failed (the others go on).
 
 * in this process (``workers=0``): one run after another, with this process's threads;
-* local worker processes (``workers=N``): a ``concurrent.futures`` process pool with the
-  ``spawn`` context, a fresh process per run, one intra-op thread each. On GPUs the pool has
+* local worker processes (``workers=N``): up to N runs at a time, each in a fresh process
+  (a ``concurrent.futures`` process pool of its own, ``spawn`` context) with one intra-op
+  thread, so that a worker that dies fails its own run only. On GPUs there are
   ``runs_per_gpu × #GPUs`` slots, each holding one GPU that its run trains on
   (:func:`gpu_slots`);
 * Ray (``ray=True`` or an address): each run a Ray task asking for one CPU, or
@@ -27,7 +28,6 @@ import dataclasses
 import multiprocessing
 import os
 import signal
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -137,12 +137,13 @@ def local_workers(tasks: Sequence[Task], slots: Sequence[str | None], train: Cal
     """The runs on ``len(slots)`` worker processes, one intra-op thread each; a run is handed
     a slot when one is free, and trains on the slot's GPU (None: on its config's device).
 
-    executor: where the runs go (default: :func:`process_pool`); ``started(index)``
-    is called as each run is handed to a worker.
+    executor: where the runs go (default: a :func:`process_pool` of one process for each run,
+    so that a worker killed by a signal or out of memory fails its own run only: a pool whose
+    worker dies fails every run in flight on it); ``started(index)`` is called as each run is
+    handed to a worker.
     """
     environ = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
     own = executor is None
-    executor = process_pool(len(slots)) if own else executor
     waiting, free, running = list(tasks), list(slots), {}
     try:
         while waiting or running:
@@ -150,7 +151,8 @@ def local_workers(tasks: Sequence[Task], slots: Sequence[str | None], train: Cal
                 index, config = waiting.pop(0)
                 slot = free.pop(0)
                 started(index)
-                running[executor.submit(train, config, 1, slot, environ)] = (index, slot, executor)
+                pool = process_pool(1) if own else executor
+                running[pool.submit(train, config, 1, slot, environ)] = (index, slot, pool)
             done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
             for future in done:
                 index, slot, pool = running.pop(future)
@@ -160,32 +162,29 @@ def local_workers(tasks: Sequence[Task], slots: Sequence[str | None], train: Cal
                 except futures.process.BrokenProcessPool:
                     if not own:
                         raise
-                    # a worker was killed (out of memory, a signal): every run in flight failed with it;
-                    # their checkpoints stay, so running the sweep again resumes them
+                    # its checkpoint stays, so running the sweep again resumes it
                     outcome = {"error": "its worker process died (killed, or out of memory); run the sweep again to resume"}
-                    if pool is executor:
-                        executor.shutdown(wait=True, cancel_futures=True)
-                        executor = process_pool(len(slots))
+                if own:
+                    pool.shutdown(wait=True)
                 yield index, outcome
     except BaseException as stop:
         # Ctrl-C reaches the workers through the terminal's process group, but a signal sent to
         # this process alone (kill PID, a scheduler's SIGTERM) does not: pass it on, so that they
         # save their checkpoints and stop too (a second signal is ignored by a stopping run)
+        pools = {id(pool): pool for _, _, pool in running.values()}.values() if own else [executor]
         if own and isinstance(stop, KeyboardInterrupt):
-            for process in list((getattr(executor, "_processes", None) or {}).values()):
-                if process.is_alive():
-                    os.kill(process.pid, getattr(stop, "signum", signal.SIGINT))
-        executor.shutdown(wait=True, cancel_futures=True)
+            for pool in pools:
+                for process in list((getattr(pool, "_processes", None) or {}).values()):
+                    if process.is_alive():
+                        os.kill(process.pid, getattr(stop, "signum", signal.SIGINT))
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
         raise
-    if own:
-        executor.shutdown(wait=True)
 
 
 def process_pool(workers: int) -> futures.ProcessPoolExecutor:
-    """``workers`` processes started with ``spawn`` (safe after CUDA or threads started here),
-    a fresh one for every run where Python allows it (3.11 and later)."""
-    fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
-    return futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), **fresh)
+    """``workers`` processes started with ``spawn`` (safe after CUDA or threads started here)."""
+    return futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
 def ray_tasks(tasks: Sequence[Task], address: str | None = None, runs_per_gpu: int = 1,
