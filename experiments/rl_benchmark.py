@@ -7,8 +7,9 @@ and trained for its ``n_timesteps``; then the net that training left is frozen a
 agent's deterministic policy, "always exit 1" (action 0) and "always the deepest exit" (the
 last valid action) each route the same ``--episodes`` episodes of the test split
 (``train=False``, same reset seed). One JSON record per run on stdout: mean episode reward,
-accuracy and mean MACs per policy, and the wall time; while an algorithm trains, the training
-runs' progress (a bar on a terminal, else a line every ``$ROUTING_RL_PROGRESS_SECONDS``) on stderr::
+accuracy and mean MACs per policy, and the wall time; the progress of the training (in
+environment steps) and then of the test episodes on stderr, as training runs show theirs (a
+bar on a terminal, else a line every ``$ROUTING_RL_PROGRESS_SECONDS``)::
 
     python experiments/rl_benchmark.py --algos dqn ppo --seeds 0 1 2
     python experiments/rl_benchmark.py --algos dqn --n-timesteps 5000  # a smaller budget
@@ -60,9 +61,10 @@ def hyperparams(algo: str, env_id: str, folder: Path = HYPERPARAMS) -> dict:
     return entry
 
 
-def run_policy(env: gym.Env, policy: Policy, episodes: int, seed: int) -> dict:
+def run_policy(env: gym.Env, policy: Policy, episodes: int, seed: int, progress: Progress | None = None) -> dict:
     """``episodes`` episodes of ``policy`` from ``env.reset(seed=seed)``: mean episode reward,
-    accuracy and mean MACs. Every policy given the same seed routes the same inputs."""
+    accuracy and mean MACs. Every policy given the same seed routes the same inputs.
+    ``progress`` counts the episodes."""
     returns, correct, macs = [], [], []
     observation, _ = env.reset(seed=seed)
     total = 0.0
@@ -74,6 +76,8 @@ def run_policy(env: gym.Env, policy: Policy, episodes: int, seed: int) -> dict:
             correct.append(info["correct"])
             macs.append(info["macs"])
             total = 0.0
+            if progress is not None:
+                progress.update(1, 1)
             observation, _ = env.reset()
     return {"mean_reward": float(np.mean(returns)), "accuracy": float(np.mean(correct)), "macs": float(np.mean(macs))}
 
@@ -123,7 +127,11 @@ def benchmark(algo: str, env_id: str, seed: int, episodes: int, n_timesteps: int
     test = gym.make(env_id, split="test", train=False, net=env.unwrapped.net, **frozen)
     policies = {"agent": lambda observation, env: int(model.predict(observation, deterministic=True)[0]),
                 **constant_policies(every_exit)}
-    results = {name: run_policy(test, policy, episodes, seed + 1000) for name, policy in policies.items()}
+    judging = Progress(episodes * len(policies), description=f"{algo} seed {seed} test", unit="episode")
+    try:
+        results = {name: run_policy(test, policy, episodes, seed + 1000, judging) for name, policy in policies.items()}
+    finally:
+        judging.close()
     return {"algo": algo, "env_id": env_id, "seed": seed, "n_timesteps": budget, "episodes": episodes,
             "feature_updates": env.unwrapped.trainer.updates, "train_seconds": round(trained, 1),
             **{name: {key: round(value, 4) for key, value in result.items()} for name, result in results.items()}}

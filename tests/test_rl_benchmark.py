@@ -147,8 +147,11 @@ def test_the_benchmark_reports_its_progress_while_an_algorithm_trains(tiny_data,
     (tmp_path / "ppo.yml").write_text(yaml.safe_dump({"routing_rl/HybridRouting-v0": entry}))
     record = rl_benchmark.benchmark("ppo", "routing_rl/HybridRouting-v0", seed=0, episodes=3, folder=tmp_path)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines and all(line.startswith("progress ppo seed 0 | step ") for line in lines), lines[:3]
-    assert lines[-1].startswith("progress ppo seed 0 | step 32/32 (100%) | ") and "images/s" in lines[-1]
+    training = [line for line in lines if line.startswith("progress ppo seed 0 | step ")]
+    testing = [line for line in lines if line.startswith("progress ppo seed 0 test | episode ")]
+    assert training and testing and len(training) + len(testing) == len(lines), lines[:3]
+    assert training[-1].startswith("progress ppo seed 0 | step 32/32 (100%) | ") and "images/s" in training[-1]
+    assert testing[-1].startswith("progress ppo seed 0 test | episode 9/9 (100%)"), "3 episodes of 3 policies"
     assert record["n_timesteps"] == 32 and record["episodes"] == 3
 
 
