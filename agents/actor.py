@@ -48,7 +48,10 @@ import torch
 from routing_rl.core.paths import Paths
 from routing_rl.agents.base import SGDLearner
 from routing_rl.training.sgd import leaf_correct, leaf_errors, training_policy
+from dataclasses import dataclass
+
 from routing_rl.training.config import TrainConfig
+from routing_rl.training.learners import JOINT_LR, LR, LearnerOptions, LearnerSpec, register_learner
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel, expected_c_cpt
@@ -106,3 +109,22 @@ class ActorLearner(SGDLearner):
         heads_apart = self.config.resolved_head_weight or self.config.error_cost != "cross_entropy"
         names = ("c_err", "c_cpt", "c_heads", "c_mod", "c_dec") if heads_apart else ("c_err", "c_cpt", "c_mod", "c_dec")
         return self.routed_step(self.losses(batch, iteration), names, iteration)
+
+
+@dataclass
+class ActorOptions(LearnerOptions):
+    """The actor's defaults: τ 1 (its softmax starts soft), the learning rate ``JOINT_LR``
+    when c_heads trains every head on every image (``head_weight`` > 0), ``LR`` otherwise."""
+
+    tau: float | None = 1.0
+    lr: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.lr is None:
+            self.lr = JOINT_LR if self.head_weight else LR
+
+
+register_learner(LearnerSpec("actor", ActorOptions, policies=("softmax",), builder=ActorLearner,
+                             reads=("head_weight", "error_cost", "c_mod_routing"),
+                             refuses={"execution": "the actor needs the full tree (exact expectations); "
+                                                   "drop --execution=sampled"}))

@@ -40,7 +40,7 @@ mode each node saw only the small, shifting sub-batches that reached it.
   so every head learns on every image whatever the policy does. A head weighted by its path
   probability alone learns only from what the policy sends it, and the critic then values
   exits by heads its own routing starved. ``--head-weight 0`` at lr 0.1 is the paper's critic.
-* ``router_lr_scale`` 100 (:data:`~routing_rl.training.config.CRITIC_ROUTER_LR_SCALE`): a
+* ``router_lr_scale`` 100 (:data:`CRITIC_ROUTER_LR_SCALE`): a
   router's only loss is c_ure, weighted by k_ure, so at the columns' rate its scores barely
   leave each sink's mean utility and every image of a task goes to the same exit.
 * ``utility_error`` ``zero_one``: in nats a deeper head looks more useful than the 0/1 error it
@@ -56,12 +56,16 @@ defaults: the evidence". TALR and c_mod see the fraction of the batch that reach
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import torch
 
 from routing_rl.core.paths import Paths
 from routing_rl.agents.base import SGDLearner
 from routing_rl.training.sgd import leaf_correct, leaf_errors, training_policy
-from routing_rl.training.config import TrainConfig
+from routing_rl.training.config import POLICIES, TrainConfig
+from routing_rl.training.learners import JOINT_LR, LR, REFUSALS, LearnerOptions, LearnerSpec, register_learner
 from routing_rl.core.costs import guess_cost
 from routing_rl.data import Split
 from routing_rl.core.execution import RoutedOutput, argmax_decide, route
@@ -286,3 +290,43 @@ class CriticLearner(SGDLearner):
         # accuracy and MACs in the report: expectations (full tree) or the sampled paths
         names = ("c_err", "c_cpt", "c_heads", "c_ure", "c_mod") if self.config.resolved_head_weight else ("c_err", "c_cpt", "c_ure", "c_mod")
         return self.routed_step(self.losses(batch, iteration), names, iteration)
+
+
+CRITIC_ROUTER_LR_SCALE = 100.0
+"""The routers' learning rate over ``lr`` for critics that train every head on every image: a
+critic's router learns only from c_ure, whose weight k_ure (0.001) makes its steps 1,000 times
+smaller than the columns'; at 1 its scores barely leave each sink's mean utility in a
+``quick`` run."""
+
+
+@dataclass
+class CriticOptions(LearnerOptions):
+    """A critic's defaults: on the full tree (``execution`` full) every head learns on every
+    image (``head_weight`` 1), its routers regress the 0/1 error at
+    :data:`CRITIC_ROUTER_LR_SCALE` × lr, at ``JOINT_LR``; sampled, the paper's critic (this
+    module's docstring says why)."""
+
+    execution: str = "full"
+    head_weight: float | None = None
+    utility_error: str | None = None
+    router_lr_scale: float | None = None
+    lr: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.head_weight is None:
+            self.head_weight = 1.0 if self.execution == "full" else 0.0
+        elif self.head_weight and self.execution != "full":
+            raise ValueError(REFUSALS["head_weight"].format(agent=f"a critic with --execution {self.execution}"))
+        every_head = bool(self.head_weight)
+        if self.utility_error is None:
+            self.utility_error = "zero_one" if every_head else "cross_entropy"
+        if self.router_lr_scale is None:
+            self.router_lr_scale = CRITIC_ROUTER_LR_SCALE if every_head else 1.0
+        if self.lr is None:
+            self.lr = JOINT_LR if every_head else LR
+
+
+for _name, _optimistic in (("pragmatic-critic", False), ("optimistic-critic", True)):
+    register_learner(LearnerSpec(_name, CriticOptions, policies=POLICIES, executions=("full", "sampled"),
+                                 builder=functools.partial(CriticLearner, optimistic=_optimistic),
+                                 reads=("head_weight",), aliases=("critic",) if not _optimistic else ()))

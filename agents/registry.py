@@ -6,18 +6,14 @@ import dataclasses
 
 import torch
 
-from routing_rl.agents.actor import ActorLearner
 from routing_rl.agents.base import Learner
-from routing_rl.agents.critic import CriticLearner
-from routing_rl.agents.static import StaticLearner
-from routing_rl.agents.threshold import ThresholdLearner
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel
 from routing_rl.envs.task import RoutingTask
 from routing_rl.nets.multiscale import build
 from routing_rl.nets.seeding import seeded_net
 from routing_rl.training.acceleration import accelerate
-from routing_rl.training.config import SB3_AGENTS, TrainConfig
+from routing_rl.training.config import TrainConfig
 from routing_rl.training.evaluate import evaluate
 from routing_rl.data import Split
 
@@ -33,20 +29,15 @@ def build_net(config: TrainConfig, task: RoutingTask | int, device: torch.device
 
 
 def make_learner(config: TrainConfig, task: RoutingTask | int, device: torch.device, cost: CostModel | None = None) -> Learner:
-    """A ready-to-train learner for ``config.agent`` (static, actor, pragmatic-critic,
-    optimistic-critic, threshold) on a fresh net of ``task`` (or, given a class count, of
-    the paper's nets) on ``device``, charging ``cost`` (None: MACs)."""
-    learners = {
-        "static": StaticLearner,
-        "actor": ActorLearner,
-        "pragmatic-critic": CriticLearner,
-        "optimistic-critic": lambda net, config, device, cost: CriticLearner(net, config, device, cost, optimistic=True),
-        "threshold": ThresholdLearner,
-    }
-    if config.agent not in learners:
-        raise ValueError(f"agent {config.agent!r} is not a gradient learner; choose one of {', '.join(learners)}")
+    """A ready-to-train learner for ``config.agent`` (its LearnerSpec's builder: static,
+    actor, the critics, threshold, or a registered learner of another package) on a fresh net
+    of ``task`` (or, given a class count, of the paper's nets) on ``device``, charging ``cost``
+    (None: MACs)."""
+    spec = config.spec
+    if spec.trains_through_env:
+        raise ValueError(f"agent {config.agent!r} trains through the routing env, not as a gradient learner")
     net = accelerate(build_net(config, task, device), config.channels_last, config.compile)
-    learner = learners[config.agent](net, config, device, cost)
+    learner = spec.builder(net, config, device, cost)
     learner.task = task if isinstance(task, RoutingTask) else None
     return learner
 
@@ -62,7 +53,7 @@ def check_agent(config: TrainConfig, task: RoutingTask, validation: Split) -> No
     training — :meth:`~routing_rl.agents.base.Learner.before_evaluation`, the evaluation
     points, the evaluator — on a few ``validation`` examples. The SB3 agents are checked when
     their environment is made."""
-    if config.agent in SB3_AGENTS:
+    if config.spec.trains_through_env:
         return
     trial = dataclasses.replace(config, compile=False, channels_last=False)
     learner = make_learner(trial, task, torch.device("cpu"))

@@ -11,6 +11,7 @@ import torch
 from routing_rl.agents.base import SGDLearner
 from routing_rl.training.sgd import scalars
 from routing_rl.training.config import TrainConfig
+from routing_rl.training.learners import LearnerSpec, register_learner
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel, c_cpt as c_cpt_of
@@ -41,3 +42,6 @@ class StaticLearner(SGDLearner):
             "charts/train_accuracy": (logits.argmax(1) == batch.labels).float().mean(),
             "charts/train_mean_macs": self.leaf_macs[0],
         })
+
+
+register_learner(LearnerSpec("static", builder=StaticLearner, nets="static", routers=False))

@@ -38,6 +38,7 @@ from routing_rl.agents.base import SGDLearner
 from routing_rl.training.episodes import frame_examples
 from routing_rl.training.sgd import leaf_errors, scalars
 from routing_rl.training.config import TrainConfig
+from routing_rl.training.learners import LearnerSpec, register_learner
 from routing_rl.data import Split
 from routing_rl.core.execution import Decide, Junction
 from routing_rl.core.graph import RoutedNet
@@ -281,3 +282,6 @@ def _chain_leaves(net: RoutedNet) -> tuple[list[str], dict[str, int]]:
     if len(last) != 1 or [j for j, _ in net.path[last[0]]] != net.junctions:
         raise ValueError("threshold early exit needs a chain (each junction: exit or continue); use --arch chain")
     return exits + last, exit_sink
+
+
+register_learner(LearnerSpec("threshold", builder=ThresholdLearner, nets="chain", routers=False))

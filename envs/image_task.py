@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from routing_rl.training.learners import trains_static_nets
 from routing_rl.core.graph import RoutedNet
 from routing_rl.data import DATASETS, RoutingDataset, augment, load_dataset
 from routing_rl.data.cache import default_cache_dir
@@ -60,7 +61,7 @@ class ImageTask(RoutingTask):
     def default_arch(self, agent: str | None) -> str:
         if "chain" not in self.archs:  # a subclass with nets of its own
             return super().default_arch(agent)
-        return "static-8" if agent == "static" else "chain"
+        return "static-8" if trains_static_nets(agent) else "chain"
 
     def static_archs(self) -> tuple[str, ...]:
         """The paper's static nets (``static-N``, the first N columns and one head) and the

@@ -81,8 +81,13 @@ class JointTraining(SGDOptions):
     lr: float = JOINT_LR
     batch_size: int = TrainConfig.batch_size
     augment: bool = True
-    execution: str = TrainConfig.execution
+    execution: str = TrainConfig.joint_execution
     uniform_weight: float = TrainConfig.uniform_weight
+
+    @classmethod
+    def from_config(cls, config: TrainConfig, **overrides):
+        """As :meth:`SGDOptions.from_config`; ``execution`` is the config's ``joint_execution``."""
+        return super().from_config(config, **{"execution": config.joint_execution, **overrides})
 
     def __post_init__(self) -> None:
         if self.execution not in EXECUTIONS:

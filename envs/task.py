@@ -50,6 +50,7 @@ import gymnasium as gym
 import torch
 
 from routing_rl.core.costs import error_cost
+from routing_rl.training.learners import trains_static_nets
 from routing_rl.core.graph import RoutedNet, path_net
 from routing_rl.core.k_cpt import K_CPT_VALUES
 from routing_rl.data import RoutingDataset, Split
@@ -202,7 +203,7 @@ class RoutingTask(ABC):
         """The arch ``agent`` trains when none is given (``None``: an environment's agent).
         Default: the first of :attr:`archs`; for the static agent, the static net with the
         most MACs (the routed net's deepest path)."""
-        if agent == "static" and self.static_archs():
+        if trains_static_nets(agent) and self.static_archs():
             return max(self.static_archs(), key=lambda arch: self.make_net(arch).leaf_path_macs[0])
         return self.archs[0]
 

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from routing_rl.training.learners import trains_static_nets
 from routing_rl.core.graph import RoutedNet
 from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.data.video import ClipConfig, Clips, make_clips
@@ -122,7 +123,7 @@ class VideoTask(RoutingTask):
         return tuple(f"static-{leaf}" for leaf in LEAVES if leaf != REUSE)
 
     def default_arch(self, agent: str | None) -> str:
-        return f"static-{DEEP}" if agent == "static" else self.archs[0]
+        return f"static-{DEEP}" if trains_static_nets(agent) else self.archs[0]
 
     def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:
         net = video_net(len(self.classes), width, k_cpt_input)

@@ -1,8 +1,11 @@
 """The command line of ``experiments/train_agent.py``: flags → TrainConfig → a run.
 
-Every :class:`~routing_rl.training.config.TrainConfig` field is a flag (``k_cpt`` → ``--k-cpt``);
-flags left out take the preset's value, then the dataclass default. A user mistake ends
-with one line naming the problem and exit status 2, never a traceback.
+Every :class:`~routing_rl.training.config.TrainConfig` field is a flag (``k_cpt`` → ``--k-cpt``),
+and so is every option a registered learner declares that the config has no field for
+(:mod:`routing_rl.training.learners`; ``--agent module:name`` imports a learner of another
+package first, so that its options are flags too); flags left out take the preset's value,
+then the default. A user mistake ends with one line naming the problem and exit status 2,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from routing_rl.training.config import (
 )
 from routing_rl.data import DATASETS, DataNotFoundError
 from routing_rl.training.interrupt import Interrupted, handling_signals, stop_requested
+from routing_rl.training.learners import learner_names, learner_spec
 
 HELP = {
-    "agent": "learner: " + ", ".join(AGENTS) + " (critic: pragmatic-critic)",
+    "agent": "learner: " + ", ".join(AGENTS) + " (critic: pragmatic-critic), or MODULE:NAME for a learner your "
+             "module registers (docs/architecture.md)",
     "policy": "training routing policy: " + ", ".join(POLICIES) + " (default: the agent's own)",
     "env": "routing task id: a routing_rl/ id, or PKG.MODULE:TaskId-v0 for a task your package registers (docs/plugins.md)",
     "dataset": "dataset of the image envs: " + ", ".join(DATASETS) + " (the hybrid-* are the task suite's variants); default: the env's",
@@ -66,8 +71,11 @@ HELP = {
     "talr": "throughput-adjusted learning rates (Section 4.5)",
     "channels_last": "convolutions in channels-last memory format: faster steps on CPUs, same results up to rounding",
     "compile": "torch.compile the full-tree step (compiles for minutes at the first step)",
-    "execution": "training execution: " + ", ".join(EXECUTIONS) + " (default: full, every node on every image; "
-                 "sampled: critics compute only the sampled paths; for dqn, ppo, a2c: how the env trains the features)",
+    "execution": "critics: training execution: " + ", ".join(EXECUTIONS) + " (default: full, every node on every image; "
+                 "sampled: only the sampled paths are computed); for dqn, ppo, a2c the deprecated name of --joint-execution",
+    "joint_execution": "dqn, ppo, a2c: how the env trains the features on the agent's finished paths: "
+                       + ", ".join(EXECUTIONS) + " (full: every head on every image; sampled: the paths' heads only; "
+                       "was --execution for these agents)",
     "exit_confidence": "every router (and the SB3 agents' observation) also reads the log top softmax probability of the exit heads among "
                        "its sinks, the signal the confidence threshold routes on; costs the heads' MACs at every junction",
     "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is "
@@ -151,32 +159,56 @@ def _json_object(text: str) -> dict:
     return value
 
 
+def _converter(name: str, hint, default):
+    kind = type(default) if default is not None else str
+    if name == "k_cpt":
+        return str
+    if kind is dict:
+        return _json_object
+    if kind is bool or bool in typing.get_args(hint):  # a flag, or None for the agent's own
+        return _bool
+    if name == "seed":
+        return _non_negative_int
+    if kind is int or int in typing.get_args(hint):
+        return _positive_int
+    if kind is float or float in typing.get_args(hint):  # a number, or None for the agent's own
+        return _number
+    return str
+
+
+def learner_option_fields() -> dict[str, tuple[dataclasses.Field, type]]:
+    """Each registered learner's options that the config has no field for (name → field and
+    its options class): flags of their own, kept in the config's ``learner_options``."""
+    common = {field.name for field in dataclasses.fields(TrainConfig)}
+    own = {}
+    for name in learner_names():
+        options = learner_spec(name).options
+        for field in dataclasses.fields(options):
+            if field.name not in common:
+                own.setdefault(field.name, (field, options))
+    return own
+
+
 def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="Train a routed network with any learner on any routing env.")
     defaults = TrainConfig()
     hints = typing.get_type_hints(TrainConfig)
     for field in dataclasses.fields(TrainConfig):
+        if field.name == "learner_options":  # filled from the learners' own flags below
+            continue
         flag = "--" + field.name.replace("_", "-")
         default = getattr(defaults, field.name)
-        kind = type(default) if default is not None else str
-        if field.name == "k_cpt":
-            converter = str
-        elif field.name == "sb3_kwargs":
-            converter = _json_object
-        elif kind is bool or bool in typing.get_args(hints[field.name]):  # a flag, or None for the agent's own
-            converter = _bool
-        elif field.name == "seed":
-            converter = _non_negative_int
-        elif kind is int or field.name in ("eval_examples", "train_examples", "latency_batch"):
-            converter = _positive_int
-        elif kind is float or float in typing.get_args(hints[field.name]):  # a number, or None for the agent's own
-            converter = _number
-        else:
-            converter = str
         in_presets = any(field.name in values for values in PRESET_VALUES.values())
         shown = "set by --preset" if in_presets else default
         text = HELP[field.name] if "default:" in HELP[field.name] else f"{HELP[field.name]} (default: {shown})"
-        parser.add_argument(flag, type=converter, default=None, metavar=field.name.upper(), help=text)
+        parser.add_argument(flag, type=_converter(field.name, hints[field.name], default), default=None,
+                            metavar=field.name.upper(), help=text)
+    for name, (field, options) in learner_option_fields().items():
+        readers = ", ".join(agent for agent in learner_names() if learner_spec(agent).options is options)
+        help_text = field.metadata.get("help", "")
+        parser.add_argument("--" + name.replace("_", "-"), type=_converter(name, typing.get_type_hints(options)[name],
+                            field.default), default=None, metavar=name.upper(),
+                            help=f"{readers}: {help_text} (default: {field.default})")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory of the same name")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
@@ -195,8 +227,15 @@ def config_from_args(args: argparse.Namespace, note=None) -> TrainConfig:
     """The config the flags ask for: flags, then the settings the env is registered with
     (k_cpt, error cost, arch, ...), then the preset's and the defaults. ``note(line)`` is told
     of every flag that overrides a registered setting."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name != "learner_options"}
+    values["learner_options"] = {name: getattr(args, name) for name in learner_option_fields()
+                                 if getattr(args, name) is not None}
     preset = values.pop("preset") or DEFAULT_PRESET
+    if values["execution"] is not None and values["joint_execution"] is None and \
+            learner_spec(values["agent"] or TrainConfig.agent).trains_through_env:
+        values["joint_execution"], values["execution"] = values["execution"], None
+        if note is not None:
+            note(f"--execution for {values['agent']} is deprecated: it is now --joint-execution {values['joint_execution']}")
     from routing_rl.app.runs import task_for, with_registered_settings
 
     task = task_for({**PRESET_VALUES[preset], **{k: v for k, v in values.items() if v is not None}})
@@ -247,6 +286,14 @@ def interruption(stop: KeyboardInterrupt) -> str:
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    agent = next((value for flag, value in zip(argv, argv[1:]) if flag == "--agent"), "")
+    agent = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--agent=")), agent)
+    if ":" in agent:  # a learner of another package: its options become flags once it registers
+        try:
+            learner_spec(agent)
+        except ValueError as error:
+            _Parser(prog=prog).exit(2, f"{prog}: error: {error}\n")
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     from routing_rl.app.runs import RunError, train
@@ -265,7 +312,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     if args.print_config and config is not None:
         print(config.to_json())
         return 0
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name != "learner_options"}
     given = {name: value for name, value in given.items() if value is not None}
     try:
         metrics = train(resume=args.resume, overrides=given) if args.resume else train(config, overwrite=args.overwrite)

@@ -4,7 +4,8 @@
 regenerates it and fails while the page differs. Every option of
 :func:`routing_rl.app.cli.build_parser` is listed in the parser's order with what it takes, its
 default, the agents that refuse it and its help text. Where the default depends on the agent
-(a field left ``None`` that the config resolves per agent), the page gives each agent's value as
+(a field left ``None`` that each learner's options resolve, :mod:`routing_rl.training.learners`),
+the page gives each registered agent's value as
 :func:`~routing_rl.training.config.make_config` resolves it; which agents refuse a flag is found
 the same way, by validating a value other than the default for every agent. Nothing is typed in
 twice, so a flag or default added to the config reaches the page when it is regenerated, and the
@@ -27,10 +28,14 @@ from routing_rl.data.containers import VALIDATION_MIXES
 from routing_rl.nets.multiscale import arch_names
 from routing_rl.training import config as cfg
 from routing_rl.training.config import DEFAULT_PRESET, PRESET_VALUES, TrainConfig, make_config
+from routing_rl.training.learners import learner_names
 
 REGENERATE = "python -m routing_rl.app.flags > docs/flags.md"
+AGENTS = tuple(sorted(learner_names(), key=lambda name: cfg.AGENTS.index(name) if name in cfg.AGENTS else len(cfg.AGENTS)))
+"""Every registered learner, the package's in the order its reports list them."""
 CHOICES = {
-    "agent": cfg.AGENTS, "policy": cfg.POLICIES, "preset": cfg.PRESETS, "execution": cfg.EXECUTIONS, "cost": COSTS,
+    "agent": AGENTS, "policy": cfg.POLICIES, "preset": cfg.PRESETS, "execution": cfg.EXECUTIONS,
+    "joint_execution": cfg.EXECUTIONS, "cost": COSTS,
     "error_cost": ERROR_COSTS, "utility_error": ERROR_COSTS, "score_start": cfg.SCORE_STARTS,
     "validation_mix": VALIDATION_MIXES, "dataset": DATASETS, "arch": tuple(arch_names()),
 }
@@ -60,7 +65,7 @@ def _shown(value) -> str:
 
 def _configs() -> dict[str, TrainConfig]:
     """Each agent's config with every flag left out: the defaults a run of that agent trains with."""
-    return {agent: make_config(DEFAULT_PRESET, agent=agent) for agent in cfg.AGENTS}
+    return {agent: make_config(DEFAULT_PRESET, agent=agent) for agent in AGENTS}
 
 
 def _others(field: dataclasses.Field, default) -> list:

@@ -32,7 +32,7 @@ from routing_rl.core.costs import ERROR_COSTS
 from routing_rl.core.execution import argmax_decide
 from routing_rl.envs.task import task_from_env
 from routing_rl.training.checkpoint import load_checkpoint
-from routing_rl.training.config import SB3_AGENTS, TrainConfig
+from routing_rl.training.config import TrainConfig
 from routing_rl.training.episodes import Episodes, episode_metrics, run_episodes
 from routing_rl.app.plots import video_figure
 
@@ -48,7 +48,7 @@ def load_run(run_dir: Path, device: torch.device):
     config = TrainConfig.from_json((run_dir / "config.json").read_text())
     dataset = {"dataset": config.dataset} if config.dataset is not None else {}
     task, _ = task_from_env(config.env, **dataset)
-    if config.agent in SB3_AGENTS:
+    if config.spec.trains_through_env:
         from routing_rl.agents.sb3 import MODEL_FILE, load_sb3, sb3_decide
 
         model, net = load_sb3(run_dir / MODEL_FILE, device=device,

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from routing_rl.core.files import atomic_write
-from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig
+from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, before_joint_execution
 
 IDENTITY = ("agent", "arch", "width", "env", "dataset")
 """The config fields that name the run a checkpoint belongs to."""
@@ -150,6 +150,7 @@ def settings_disagreement(saved: dict, config: TrainConfig) -> str | None:
     None when they agree. A field the checkpoint does not carry (written before it recorded
     its settings) cannot be compared."""
     expected = checkpoint_identity(config)
+    saved = before_joint_execution(saved)
     edited = [name for name in sorted(set(saved) & set(expected)) if saved[name] != expected[name]]
     return ", ".join(f"{name} {saved[name]!r} (the config: {expected[name]!r})" for name in edited) or None
 

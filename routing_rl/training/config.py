@@ -42,47 +42,27 @@ from routing_rl.core.files import atomic_write_text
 from routing_rl.core.k_cpt import COSTS, DYNAMIC, check_k_cpt
 from routing_rl.data.containers import VALIDATION_MIXES
 from routing_rl.nets.multiscale import arch_names
+from routing_rl.training.learners import JOINT_LR, LR  # noqa: F401 (sgd, envs and tests import them from here)
+from routing_rl.training.learners import LearnerOptions, LearnerSpec, canonical_name, learner_spec
 
 AGENTS = ("static", "actor", "pragmatic-critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
-CRITICS = ("pragmatic-critic", "optimistic-critic")
+"""The package's learners, in the order reports list them; each declares itself in its module
+(:mod:`routing_rl.training.learners`), and a learner of another package is ``--agent module:name``."""
 AGENT_ALIASES = {"critic": "pragmatic-critic"}
 """Other names an agent answers to; a config stores the agent's own name."""
 POLICIES = ("softmax", "eps-greedy", "greedy")
 EXECUTIONS = ("full", "sampled")
+"""``execution``: how a learner that samples paths trains (the critics); ``joint_execution``:
+how the routing env trains the features under a learner that trains through it (the SB3 agents)."""
 SCORE_STARTS = ("guess", "zero")
 PRESETS = ("smoke", "quick", "cpu-small", "paper")
 DEFAULT_PRESET = "quick"
 SB3_AGENTS = ("dqn", "ppo", "a2c")
-LR = 0.1
-"""The initial learning rate of the paper's learners (static, actor, critics, threshold)."""
-JOINT_LR = 0.02
-"""The initial learning rate wherever every head learns on every image, its losses summed as
-the confidence threshold trains its chain, whose validated rate is 0.02 on every suite task:
-the env's joint training under the SB3 agents (``envs/joint.py`` says why) and a learner with
-c_heads (``head_weight`` > 0, the critics' default): at 0.1 eight heads' gradients summed
-overwhelm the first columns."""
-CRITIC_ROUTER_LR_SCALE = 100.0
-"""The routers' learning rate over ``lr`` for critics that train every head on every image: a
-critic's router learns only from c_ure, whose weight k_ure (0.001) makes its steps 1,000 times
-smaller than the columns'; at 1 its scores barely leave each sink's mean utility in a
-``quick`` run (agents/critic.py)."""
-RESOLVED_FIELDS = ("policy", "head_weight", "utility_error", "router_lr_scale", "lr", "tau", "epsilon", "double_q")
-"""Fields whose default (None) depends on the agent: each has a ``resolved_<field>`` property."""
+RESOLVED_FIELDS = tuple(f.name for f in dataclasses.fields(LearnerOptions))
+"""Fields whose default (None) is the learner's (:class:`~routing_rl.training.learners.LearnerOptions`):
+each has a ``resolved_<field>`` property."""
 RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
-
-AGENT_POLICIES = {
-    "static": (),
-    "threshold": (),
-    "actor": ("softmax",),
-    "pragmatic-critic": ("softmax", "eps-greedy", "greedy"),
-    "optimistic-critic": ("softmax", "eps-greedy", "greedy"),
-    "dqn": ("eps-greedy",),
-    "ppo": ("softmax",),
-    "a2c": ("softmax",),
-}
-"""Training routing policies each agent can use; the first is its default. PPO and A2C
-sample from their own categorical (softmax) policy; DQN explores ε-greedily."""
 
 PRESET_VALUES: dict[str, dict] = {
     "paper": dict(iterations=80_000, batch_size=128, lr_half_life=10_000, tau_half_life=10_000,
@@ -180,8 +160,8 @@ class TrainConfig:
     feature network on ``batch_size`` finished episodes), so a budget of ``iterations``
     means ``iterations × batch_size`` images everywhere; k_cpt is a cost per MAC."""
 
-    agent: str = "actor"
-    policy: str | None = None  # None: the agent's default (AGENT_POLICIES)
+    agent: str = "actor"  # a registered learner (routing_rl.training.learners), or "module:name"
+    policy: str | None = None  # None: the agent's default (the first of its LearnerSpec.policies)
     env: str = "routing_rl/HybridRouting-v0"  # a registered routing task's id, or "module:id"
     dataset: str | None = None  # None: the env's dataset
     arch: str | None = None  # None: the task's default (static-8 for the static agent, chain for the others)
@@ -210,7 +190,8 @@ class TrainConfig:
     talr: bool = True
     channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
     compile: bool = False  # torch.compile of the full evaluation
-    execution: str = "full"  # every node on every image (agents/critic.py says why); "sampled": the decisions' paths only
+    execution: str = "full"  # critics: every node on every image (agents/critic.py says why); "sampled": the decisions' paths only
+    joint_execution: str = "full"  # dqn/ppo/a2c: the env trains the features on every head ("full") or the agent's paths
     exit_confidence: bool = False  # routers also read their exit heads' top softmax probability
     side_heads: bool = True  # sampled critics: train every head whose input the path computed; dqn: replay those exits
     double_q: bool | None = None  # dqn: the online net picks the next junction's sink, the target net values it (double
@@ -236,9 +217,26 @@ class TrainConfig:
     run_name: str | None = None
     n_envs: int = 256  # SB3 agents: examples in flight in the vector env
     sb3_kwargs: dict = field(default_factory=dict)  # SB3 agents: keyword arguments over agents.sb3.sb3_kwargs
+    learner_options: dict = field(default_factory=dict)  # the learner's options that are not fields here, by name
 
     def __post_init__(self) -> None:
-        self.agent = AGENT_ALIASES.get(self.agent, self.agent)
+        self.agent = canonical_name(self.agent)
+
+    @property
+    def spec(self) -> LearnerSpec:
+        return learner_spec(self.agent)
+
+    @property
+    def options(self) -> LearnerOptions:
+        """The learner's options as this run sets them: a field of the same name here (None:
+        the learner's default), else ``learner_options``."""
+        own = {f.name for f in dataclasses.fields(self)} - {"learner_options"}
+        values = {f.name: getattr(self, f.name) if f.name in own else self.learner_options.get(f.name)
+                  for f in dataclasses.fields(self.spec.options)}
+        options = self.spec.options(**{name: value for name, value in values.items() if value is not None})
+        if options.policy is None and self.spec.policies:
+            options.policy = self.spec.policies[0]
+        return options
 
     @property
     def dynamic_k_cpt(self) -> bool:
@@ -246,74 +244,33 @@ class TrainConfig:
 
     def resolved_values(self) -> dict:
         """Every field, the defaults that depend on the agent (None in ``config.json``) as they
-        resolve: what the run trains with."""
+        resolve, and the learner's own options: what the run trains with."""
         values = dataclasses.asdict(self)
-        values.update({name: getattr(self, f"resolved_{name}") for name in RESOLVED_FIELDS})
-        return values
+        options = dataclasses.asdict(self.options)
+        values.update({name: options[name] for name in RESOLVED_FIELDS})
+        own = {name: value for name, value in options.items() if name not in values}
+        del values["learner_options"]  # a learner's own options stand beside the common fields, as flags do
+        return {**values, **own}
 
-    @property
-    def resolved_policy(self) -> str | None:
-        allowed = AGENT_POLICIES[self.agent]
-        return self.policy if self.policy is not None else (allowed[0] if allowed else None)
-
-    @property
-    def resolved_head_weight(self) -> float:
-        if self.head_weight is not None:
-            return self.head_weight
-        return 1.0 if self.agent in CRITICS and self.execution == "full" else 0.0
-
-    @property
-    def critic_on_every_head(self) -> bool:
-        """A critic whose heads all learn on every image: its routers regress the 0/1 error at
-        :data:`CRITIC_ROUTER_LR_SCALE` × lr by default (agents/critic.py says why)."""
-        return self.agent in CRITICS and bool(self.resolved_head_weight)
-
-    @property
-    def resolved_utility_error(self) -> str:
-        if self.utility_error is not None:
-            return self.utility_error
-        return "zero_one" if self.critic_on_every_head else "cross_entropy"
-
-    @property
-    def resolved_router_lr_scale(self) -> float:
-        if self.router_lr_scale is not None:
-            return self.router_lr_scale
-        return CRITIC_ROUTER_LR_SCALE if self.critic_on_every_head else 1.0
-
-    @property
-    def resolved_lr(self) -> float:
-        if self.lr is not None:
-            return self.lr
-        return JOINT_LR if self.agent in SB3_AGENTS or self.resolved_head_weight else LR
-
-    @property
-    def resolved_tau(self) -> float:
-        if self.tau is not None:
-            return self.tau
-        return 1.0 if self.agent == "actor" else 0.1
-
-    @property
-    def resolved_epsilon(self) -> float:
-        if self.epsilon is not None:
-            return self.epsilon
-        return 0.1 if self.agent == "dqn" else 1.0
-
-    @property
-    def resolved_double_q(self) -> bool:
-        if self.double_q is not None:
-            return self.double_q
-        return self.agent == "dqn"
+    def __getattr__(self, name: str):
+        """``resolved_<field>``: the field as the run trains with it (None: the learner's default)."""
+        if name.startswith("resolved_") and name[len("resolved_"):] in RESOLVED_FIELDS:
+            return getattr(self.options, name[len("resolved_"):])
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def check_error_cost(self) -> None:
-        """Refuse an ``error_cost`` this agent cannot learn from. Its heads learn c_err, and a 0/1
-        error has no gradient; the actor's routers learn it while its heads keep their routed
-        cross-entropy, and the SB3 agents only read it as a reward."""
-        if self.error_cost != "cross_entropy" and self.agent not in (*SB3_AGENTS, "actor"):
-            raise ValueError(
-                f"error_cost {self.error_cost!r} has no gradient for the heads to learn from; keep cross_entropy "
-                "(a critic can use --utility-error zero_one inside its utility; the actor's routers can learn it, "
-                "its heads then learn from their own cross-entropy)"
-            )
+        """Refuse an ``error_cost`` this agent cannot learn from (its LearnerSpec refuses it:
+        heads that learn c_err get no gradient from a 0/1 error)."""
+        self._check_refusals(("error_cost",))
+
+    def _check_refusals(self, names) -> None:
+        """Each of ``names`` the learner refuses (LearnerSpec.refuses): only its default, or no value, passes."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in names:
+            value = getattr(self, name)
+            refusals = self.spec.refusals
+            if name in refusals and value and value != defaults[name]:
+                raise ValueError(refusals[name].format(agent=self.agent, value=value))
 
     def validate(self, archs: Sequence[str] | None = None, static_archs: Sequence[str] | None = None) -> TrainConfig:
         """Raise ValueError naming the first bad field and how to fix it (also for a config
@@ -327,9 +284,8 @@ class TrainConfig:
         if not isinstance(self.sb3_kwargs, dict):
             raise ValueError(f"sb3_kwargs must be a JSON object of SB3 keyword arguments, got {self.sb3_kwargs!r}")
         self._check_types()
-        if self.agent not in AGENTS:
-            raise ValueError(f"unknown agent {self.agent!r}; choose one of {', '.join(AGENTS)}")
-        allowed = AGENT_POLICIES[self.agent]
+        learner = self.spec
+        allowed = learner.policies
         if self.policy is not None and self.policy not in allowed:
             if self.policy not in POLICIES:
                 raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
@@ -343,20 +299,20 @@ class TrainConfig:
         if self.arch is None:
             if not paper:
                 raise ValueError("no arch given; choose one of the task's: " + ", ".join(archs))
-            self.arch = "static-8" if self.agent == "static" else "chain"
+            self.arch = "static-8" if learner.nets == "static" else "chain"
         if self.arch not in archs:
             raise ValueError(f"unknown arch {self.arch!r}; choose one of {', '.join(archs)}")
-        if known_static and self.agent == "static" and self.arch not in static:
+        if known_static and learner.nets == "static" and self.arch not in static:
             if not static:
                 raise ValueError("the static agent trains nets without junctions, and this task has none; pick another agent")
             paper_static = [a for a in arch_names() if a.startswith("static-")]
             choices = "static-N (N = 1..8)" if static == paper_static else ", ".join(static)
             raise ValueError(f"the static agent trains nets without junctions, got --arch {self.arch}; "
                              f"use one of {choices}")
-        if known_static and self.agent != "static" and self.arch in static:
+        if known_static and learner.nets != "static" and self.arch in static:
             raise ValueError(f"agent {self.agent!r} needs junctions to route at, got --arch {self.arch}; "
                              f"use {' or '.join(routed)}, or --agent static")
-        if self.arch in arch_names() and self.agent == "threshold" and self.arch != "chain":
+        if self.arch in arch_names() and learner.nets == "chain" and self.arch != "chain":
             raise ValueError(f"threshold early exit puts a head on every column of a chain, got --arch {self.arch}; use --arch chain")
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
@@ -368,41 +324,41 @@ class TrainConfig:
             raise ValueError(f"latency_batch must be a positive integer, got {self.latency_batch!r}")
         if self.cost != "latency" and (self.latency_batch is not None or self.latency_profile is not None):
             raise ValueError("--latency-batch and --latency-profile belong to the latency cost; add --cost latency")
-        if self.compile and self.agent in SB3_AGENTS:
+        if self.compile and learner.trains_through_env:
             raise ValueError(f"--compile speeds up the gradient learners' steps; {self.agent} trains through SB3, drop --compile")
-        if self.exit_confidence and self.agent in ("static", "threshold"):
+        if self.exit_confidence and not learner.routers:
             raise ValueError(f"--exit-confidence is read by routers and by the SB3 agents' observations; "
                              f"{self.agent!r} has neither: drop it")
-        if self.dynamic_k_cpt and self.agent in ("static", "threshold"):
+        if self.dynamic_k_cpt and not learner.routers:
             raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
-        for name, value in (("error_cost", self.error_cost), ("utility_error", self.resolved_utility_error)):
+        for name, value in (("execution", self.execution), ("joint_execution", self.joint_execution)):
+            if value not in EXECUTIONS:
+                raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(EXECUTIONS)}")
+        if self.execution not in learner.executions:
+            raise ValueError(learner.refusals.get("execution", "--execution {value} chooses how a critic trains; {agent!r} "
+                                              "does not read it: drop it").format(agent=self.agent, value=self.execution))
+        if self.joint_execution != "full" and not learner.trains_through_env:
+            raise ValueError(f"--joint-execution chooses how the routing env trains the features under dqn, ppo and a2c; "
+                             f"{self.agent!r} does not train through the env: drop it")
+        unknown = sorted(set(self.learner_options) - {f.name for f in dataclasses.fields(learner.options)})
+        if unknown:
+            raise ValueError(f"agent {self.agent!r} has no option {', '.join(unknown)}; drop it from learner_options")
+        options = self.options  # a learner's options check themselves when built
+        for name, value in (("error_cost", self.error_cost), ("utility_error", options.utility_error)):
             if value not in ERROR_COSTS:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(ERROR_COSTS)}")
-        if self.double_q and self.agent != "dqn":
-            raise ValueError(f"--double-q changes DQN's targets; {self.agent!r} has none: drop it")
-        if self.head_weight and (self.agent not in ("actor", *CRITICS) or self.execution != "full"):
-            raise ValueError(f"--head-weight trains every head on every image of the full tree (the actor, critics with "
-                             f"--execution full); {self.agent!r} with --execution {self.execution} does not read it "
-                             "(dqn, ppo, a2c: --uniform-weight weighs the heads of the env's joint training): drop it")
-        self.check_error_cost()
+        self._check_refusals(("double_q", "head_weight", "error_cost", "c_mod_routing", "sb3_kwargs"))
         if self.validation_mix not in VALIDATION_MIXES:
             raise ValueError(f"unknown validation_mix {self.validation_mix!r}; choose one of {', '.join(VALIDATION_MIXES)}")
         if self.score_start not in SCORE_STARTS:
             raise ValueError(f"unknown score_start {self.score_start!r}; choose one of {', '.join(SCORE_STARTS)}")
-        if self.execution not in EXECUTIONS:
-            raise ValueError(f"unknown execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
-        if self.c_mod_routing and self.agent != "actor":
-            raise ValueError("--c-mod-routing lets the actor's routers see c_mod's gradient; critics learn routing "
-                             f"through cost prediction with d̂ constant (paper Section 4.2), not {self.agent!r}: drop it")
-        if self.agent == "actor" and self.execution != "full":
-            raise ValueError("the actor needs the full tree (exact expectations); drop --execution=sampled")
         if self.sb3_kwargs:
             self._check_sb3_kwargs()
         for name, spec in RANGES.items():
             if getattr(self, name) is not None:
                 check_range(name, getattr(self, name), spec)
-        if self.agent in SB3_AGENTS and self.seed > SB3_MAX_SEED:
-            raise ValueError(f"seed must be at most {SB3_MAX_SEED} for {self.agent} (SB3 seeds NumPy with 32 bits), "
+        if learner.max_seed is not None and self.seed > learner.max_seed:
+            raise ValueError(f"seed must be at most {learner.max_seed} for {self.agent} (SB3 seeds NumPy with 32 bits), "
                              f"got {self.seed}")
         check_run_name(self.run_name)
         return self
@@ -427,8 +383,6 @@ class TrainConfig:
         SB3 trains on ``batch_size`` 0 or ``gamma`` NaN without a word. What SB3 does check,
         it checks when the model is built: :func:`routing_rl.agents.sb3.check_sb3_kwargs`
         builds one before the run starts."""
-        if self.agent not in SB3_AGENTS:
-            raise ValueError(f"sb3_kwargs configure the SB3 agents ({', '.join(SB3_AGENTS)}), not {self.agent!r}; drop --sb3-kwargs")
         import inspect
 
         import stable_baselines3
@@ -472,9 +426,10 @@ class TrainConfig:
         values.setdefault("head_weight", 0.0)  # configs written before it trained heads by their routed share alone
         values.setdefault("double_q", False)  # configs written before it: DQN's one-step max targets
         if values.get("execution") is None:  # written when None meant the agent's default execution, which was
-            sampled = "router_lr_scale" not in values and values.get("agent") not in SB3_AGENTS and \
+            sampled = "router_lr_scale" not in values and not _trains_through_env(values.get("agent")) and \
                 values.get("policy") in ("eps-greedy", "greedy")  # sampled for these policies, before the task suite
             values["execution"] = "sampled" if sampled else "full"
+        values = before_joint_execution(values)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - known
         if unknown:
@@ -483,6 +438,22 @@ class TrainConfig:
 
     def save(self, path: Path) -> None:
         atomic_write_text(Path(path), self.to_json())
+
+
+def before_joint_execution(values: dict) -> dict:
+    """``values`` (a config.json, or the settings a checkpoint recorded) written before
+    ``joint_execution``, when ``execution`` also chose how the env trained the features under
+    a learner that trains through it: that choice moved to ``joint_execution``."""
+    if "joint_execution" in values or values.get("execution") is None or not _trains_through_env(values.get("agent")):
+        return values
+    return {**values, "joint_execution": values["execution"], "execution": "full"}
+
+
+def _trains_through_env(agent) -> bool:
+    try:
+        return isinstance(agent, str) and learner_spec(agent).trains_through_env
+    except ValueError:
+        return False  # validate names the unknown agent
 
 
 def make_config(preset: str = DEFAULT_PRESET, archs: Sequence[str] | None = None,

@@ -1,0 +1,165 @@
+"""The learner registry (routing_rl.training.learners): each learner owns its options and
+refusals, a learner of another package trains through train_agent.py, and configs and
+checkpoints written before the registry still load and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from routing_rl.app.cli import main
+from routing_rl.envs.joint import JointTraining
+from routing_rl.training.checkpoint import PLACE, settings_disagreement
+from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, make_config
+from routing_rl.training.learners import LearnerOptions, LearnerSpec, learner_names, learner_spec
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+BEFORE = "config-before-learner-options-{}.json"
+"""config.json files written by the code before the registry (flat fields; for SB3 agents
+``execution`` chose the env's joint training)."""
+
+
+@pytest.fixture
+def cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path_factory.getbasetemp() / "learners-cache"))
+
+
+def flat_identity(values: dict) -> dict:
+    """What a checkpoint written before the registry recorded for a config of ``values``."""
+    return {name: value for name, value in values.items() if name not in (*RESUME_OVERRIDES, *PLACE)}
+
+
+def test_every_package_learner_is_registered_with_its_defaults():
+    assert set(learner_names()) >= {"static", "actor", "pragmatic-critic", "optimistic-critic", "threshold",
+                                    "dqn", "ppo", "a2c"}
+    assert learner_spec("critic").name == "pragmatic-critic"
+    assert make_config("smoke", agent="actor").options.tau == 1.0
+    assert make_config("smoke", agent="dqn").options.double_q is True
+    with pytest.raises(ValueError, match="unknown agent 'nope'; choose one of"):
+        make_config("smoke", agent="nope")
+
+
+@pytest.mark.parametrize("agent, arch", [("static", "static-2"), ("threshold", "chain"), ("dqn", "chain")])
+def test_sampled_execution_is_refused_where_no_learner_reads_it(agent, arch):
+    with pytest.raises(ValueError, match=f"--execution sampled chooses how a critic trains; '{agent}' does not read it"):
+        make_config("smoke", agent=agent, arch=arch, execution="sampled")
+
+
+def test_joint_execution_belongs_to_the_learners_that_train_through_the_env():
+    assert JointTraining.from_config(make_config("smoke", agent="ppo", joint_execution="sampled")).execution == "sampled"
+    assert JointTraining.from_config(make_config("smoke", agent="ppo")).execution == "full"
+    with pytest.raises(ValueError, match="--joint-execution chooses how the routing env trains the features"):
+        make_config("smoke", agent="actor", joint_execution="sampled")
+
+
+def test_the_old_execution_flag_of_the_sb3_agents_is_an_alias_with_a_note(capsys):
+    assert main(["--agent", "dqn", "--preset", "smoke", "--execution", "sampled", "--print-config"]) == 0
+    out, err = capsys.readouterr()
+    config = json.loads(out)
+    assert (config["execution"], config["joint_execution"]) == ("full", "sampled")
+    assert "--execution for dqn is deprecated: it is now --joint-execution sampled" in err
+
+
+def test_a_config_json_written_before_the_registry_loads_with_the_joint_execution_moved():
+    saved = json.loads((FIXTURES / BEFORE.format("dqn")).read_text())
+    assert saved["execution"] == "sampled" and "joint_execution" not in saved
+    config = TrainConfig.from_json(json.dumps(saved)).validate()
+    assert (config.execution, config.joint_execution) == ("full", "sampled")
+    assert JointTraining.from_config(config).execution == "sampled"
+    assert settings_disagreement(flat_identity(saved), config) is None  # its checkpoints' settings agree
+    assert "uniform_weight" in settings_disagreement({**flat_identity(saved), "uniform_weight": 0.25}, config)
+
+
+def test_a_run_written_before_the_registry_resumes(tiny_data, cache, tmp_path, capsys, monkeypatch):
+    """A critic run with --execution sampled, interrupted after iteration 2: its config.json as
+    the code before the registry wrote it (the fixture) and its checkpoint's flat identity."""
+    from routing_rl.agents.critic import CriticLearner
+
+    saved = json.loads((FIXTURES / BEFORE.format("critic")).read_text())
+    original = CriticLearner.train_step
+
+    def interrupted(self, batch, iteration):
+        if iteration == 3:
+            raise KeyboardInterrupt
+        return original(self, batch, iteration)
+
+    monkeypatch.setattr(CriticLearner, "train_step", interrupted)
+    args = ["--agent", saved["agent"], "--policy", saved["policy"], "--execution", saved["execution"], "--preset", "smoke",
+            "--iterations", "4", "--eval-every", "2", "--checkpoint-every", "2", "--data-dir", str(tiny_data),
+            "--download", "false", "--validation-fraction", "0.4", "--logdir", str(tmp_path), "--run-name", saved["run_name"]]
+    assert main(args) == 130
+    monkeypatch.setattr(CriticLearner, "train_step", original)
+    run_dir = tmp_path / saved["run_name"]
+    (run_dir / "config.json").write_text(json.dumps({**saved, "logdir": str(tmp_path)}, indent=2, sort_keys=True))
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    checkpoint["identity"] = flat_identity(saved)
+    torch.save(checkpoint, run_dir / "checkpoint.pt")
+    capsys.readouterr()
+    assert main(["--resume", str(run_dir), "--data-dir", str(tiny_data)]) == 0, capsys.readouterr().err
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert [entry["iteration"] for entry in metrics["history"]] == [2, 4]
+
+
+def toy_module() -> str:
+    """The example learner of docs/architecture.md, as written there, reporting what it trains with."""
+    page = (REPO / "docs" / "architecture.md").read_text()
+    example = page.split("```python\n# mypkg/toy.py\n", 1)[1].split("```", 1)[0]
+    return example + """
+
+def _train_step(self, batch, iteration):
+    scalars = ActorLearner.train_step(self, batch, iteration)
+    return {**scalars, "toy/gain": self.config.options.gain, "toy/tau": self.policy.start}
+
+
+ToyLearner.train_step = _train_step
+"""
+
+
+def test_a_learner_registered_outside_the_package_trains_through_train_agent(tiny_data, tmp_path):
+    """One file on PYTHONPATH, named ``--agent module:name``: its own option is a flag, its
+    defaults apply, and its config.json loads in a new process (its module imported again, as
+    ``--resume`` loads it)."""
+    (tmp_path / "toy_learner.py").write_text(toy_module())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "ROUTING_RL_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    args = [sys.executable, str(REPO / "experiments" / "train_agent.py"), "--agent", "toy_learner:toy", "--gain", "0.5",
+            "--preset", "smoke", "--iterations", "2", "--eval-every", "2", "--checkpoint-every", "2",
+            "--data-dir", str(tiny_data), "--download", "false", "--validation-fraction", "0.4",
+            "--logdir", str(tmp_path / "runs"), "--run-name", "toy"]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    run_dir = tmp_path / "runs" / "toy"
+    config = json.loads((run_dir / "config.json").read_text())
+    assert (config["agent"], config["learner_options"]) == ("toy_learner:toy", {"gain": 0.5})
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    assert {event.value for event in events.Scalars("toy/gain")} == {0.5}
+    assert {event.value for event in events.Scalars("toy/tau")} == {2.0}
+    load = ("from pathlib import Path; from routing_rl.training.config import TrainConfig; "
+            f"c = TrainConfig.from_json(Path({str(run_dir / 'config.json')!r}).read_text()).validate(); "
+            "print(c.options.gain, c.options.tau)")
+    loaded = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=600)
+    assert loaded.stdout.split() == ["0.5", "2.0"], loaded.stderr
+    refused = subprocess.run([*args[:4], "--preset", "smoke", "--print-config"], env={**env, "PYTHONPATH": ""},
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "cannot import the learner's module 'toy_learner'" in refused.stderr
+
+
+def test_a_learner_options_must_subclass_learner_options():
+    @__import__("dataclasses").dataclass
+    class Loose:
+        gain: float = 1.0
+
+    from routing_rl.training.learners import register_learner
+
+    with pytest.raises(TypeError, match="options must be a dataclass subclassing LearnerOptions"):
+        register_learner(LearnerSpec("loose", Loose))
+    assert issubclass(learner_spec("actor").options, LearnerOptions)
