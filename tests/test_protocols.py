@@ -112,3 +112,24 @@ def test_router_runs_of_another_task_are_refused_before_anything_is_written(tiny
         protocols.main([str(backbone), "--routers", str(other), "--out", str(tmp_path / "out")])
     assert refused.value.code == 2 and "compare runs of one task" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_protocols_on_real_cifar10_after_a_short_joint_schedule(real_data_dir, real_cache_dir, tmp_path, capsys,
+                                                                     monkeypatch):
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(real_cache_dir))
+    logdir = tmp_path / "runs"
+    budget = ["--iterations", "30", "--batch-size", "32", "--eval-every", "30", "--train-examples", "2000",
+              "--eval-examples", "500", "--data-dir", str(real_data_dir), "--download", "false", "--device", "cpu",
+              "--logdir", str(logdir), "--json", "--env", "routing_rl/CIFAR10Routing-v0", "--arch", "resnet20-exits"]
+    assert train([*budget, "--agent", "threshold", "--run-name", "threshold"]) == 0
+    assert train([*budget, "--agent", "actor", "--k-cpt", "4e-9", "--run-name", "actor"]) == 0
+    capsys.readouterr()
+    points, _ = protocols.protocol_points(logdir / "threshold", [logdir / "actor"])
+    anytime = [p for p in points if p["series"] == protocols.ANYTIME]
+    budgeted = [p for p in points if p["series"] == protocols.BUDGETED]
+    assert [p["exit"] for p in anytime] == ["exit1", "exit2", "exit3"] and len(budgeted) == len(protocols.MSDNET_Q)
+    assert all(0 <= p["accuracy"] <= 1 for p in points) and anytime[-1]["mean_macs"] == 40_551_040
+    assert all(budgeted[0]["mean_macs"] <= p["mean_macs"] <= anytime[-1]["mean_macs"] + anytime[0]["mean_macs"]
+               for p in budgeted)
+    assert any(p["series"] == "actor" and "vs_budgeted_batch" in p for p in points)
