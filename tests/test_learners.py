@@ -4,6 +4,7 @@ checkpoints written before the registry still load and resume."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ from routing_rl.app.cli import main
 from routing_rl.envs.joint import JointTraining
 from routing_rl.training.checkpoint import PLACE, settings_disagreement
 from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, make_config
-from routing_rl.training.learners import LearnerOptions, LearnerSpec, learner_names, learner_spec
+from routing_rl.training.learners import LearnerOptions, LearnerSpec, learner_names, learner_spec, register_learner
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -154,12 +155,23 @@ def test_a_learner_registered_outside_the_package_trains_through_train_agent(tin
 
 
 def test_a_learner_options_must_subclass_learner_options():
-    @__import__("dataclasses").dataclass
+    @dataclasses.dataclass
     class Loose:
         gain: float = 1.0
-
-    from routing_rl.training.learners import register_learner
 
     with pytest.raises(TypeError, match="options must be a dataclass subclassing LearnerOptions"):
         register_learner(LearnerSpec("loose", Loose))
     assert issubclass(learner_spec("actor").options, LearnerOptions)
+
+
+def test_a_learner_option_of_the_wrong_type_is_one_line(tmp_path, monkeypatch):
+    from routing_rl.training import learners
+
+    monkeypatch.setattr(learners, "_REGISTRY", dict(learners._REGISTRY))  # the toy leaves with the test
+    (tmp_path / "toy_learner_typed.py").write_text(toy_module())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert make_config("smoke", agent="toy_learner_typed:toy", learner_options={"gain": 2}).options.gain == 2
+    with pytest.raises(ValueError, match="gain must be a number, got 'strong'"):
+        make_config("smoke", agent="toy_learner_typed:toy", learner_options={"gain": "strong"})
+    with pytest.raises(ValueError, match="agent 'actor' has no option gain; drop it from learner_options"):
+        make_config("smoke", agent="actor", learner_options={"gain": 2.0})

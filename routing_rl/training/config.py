@@ -344,6 +344,7 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"agent {self.agent!r} has no option {', '.join(unknown)}; drop it from learner_options")
         options = self.options  # a learner's options check themselves when built
+        self._check_types(options)
         for name, value in (("error_cost", self.error_cost), ("utility_error", options.utility_error)):
             if value not in ERROR_COSTS:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(ERROR_COSTS)}")
@@ -363,11 +364,13 @@ class TrainConfig:
         check_run_name(self.run_name)
         return self
 
-    def _check_types(self) -> None:
-        """Every field holds a value of its annotated type (an int where a float is asked)."""
-        for name, hint in typing.get_type_hints(type(self)).items():
+    def _check_types(self, values=None) -> None:
+        """Every field of ``values`` (default: this config; also the learner's options) holds a
+        value of its annotated type (an int where a float is asked)."""
+        values = self if values is None else values
+        for name, hint in typing.get_type_hints(type(values)).items():
             kinds = typing.get_args(hint) or (hint,)
-            value = getattr(self, name)
+            value = getattr(values, name)
             if value is None and type(None) in kinds:
                 continue
             kinds = tuple(typing.get_origin(k) or k for k in kinds if k is not type(None))
