@@ -323,6 +323,23 @@ def sb3_decide(model: BaseAlgorithm, net: RoutedNet, k_cpt: float | None = None)
     return decide
 
 
+def sb3_scores(model: BaseAlgorithm, net: RoutedNet, images: torch.Tensor,
+               k_cpt: float | None = None) -> dict[str, torch.Tensor]:
+    """The agent's score of each action at every junction, ``images`` run through the whole
+    net (eval mode) and seen as the env shows them: DQN's Q-values, PPO's and A2C's action
+    logits, the counterpart of the paper's routers' scores."""
+    layout = ObservationLayout.matching(net, model.observation_space)
+    training, scores = net.training, {}
+    net.eval()
+    with torch.no_grad():
+        for name, descriptor in net(images).descriptors.items():
+            observations = model.policy.obs_to_tensor(layout.observe(name, descriptor, k_cpt))[0]
+            scores[name] = (model.q_net(observations) if hasattr(model, "q_net")
+                            else model.policy.get_distribution(observations).distribution.logits)
+    net.train(training)
+    return scores
+
+
 @dataclass
 class SB3Result:
     """A trained SB3 agent and the net it routes.
@@ -700,7 +717,8 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     k_cpts = eval_values(config.k_cpt)
     progress = Progress(config.iterations, trainer.updates, f"{config.agent} {config.arch}")
     validation_callback = Validation(net, validation, k_cpts, lambda k_cpt: sb3_decide(model, net, k_cpt),
-                                     history_path, lambda: trainer.updates, history, task, progress, figures)
+                                     history_path, lambda: trainer.updates, history, task, progress, figures,
+                                     lambda images: sb3_scores(model, net, images, k_cpts[0]))
     evaluation = RunEvaluation(eval_env, run_dir / EVALUATIONS_FILE, model.num_timesteps if resume else None,
                                n_eval_episodes=min(len(validation), 500), eval_freq=1, best_model_save_path=str(run_dir),
                                callback_after_eval=validation_callback, verbose=0)

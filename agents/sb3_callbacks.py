@@ -3,12 +3,13 @@
 
 * :class:`TrainingCharts` — from the infos of recently finished training episodes:
   ``charts/train_accuracy``, ``charts/train_mean_macs``, ``charts/train_c_err``; from the
-  environment's feature trainer: ``losses/c_err``, ``losses/c_mod``, ``charts/lr``; for DQN,
-  ``charts/epsilon``.
+  environment's feature trainer: ``losses/c_err``, ``losses/c_mod``, ``losses/total``,
+  ``charts/lr``; ``charts/examples_per_second``; for DQN, ``charts/epsilon``.
 * :class:`Validation` — run by SB3's ``EvalCallback`` after each of its evaluations: the
   shared evaluator (:func:`routing_rl.training.evaluate.evaluate`) on the validation split, routing by
   the agent, at every k_cpt the run is judged at. Logs ``charts/val_accuracy``,
-  ``charts/val_mean_macs``, ``routing/val_fraction/<leaf>`` and the figures it is given
+  ``charts/val_mean_macs``, ``routing/val_fraction/<leaf>``, the agent's scores at each
+  junction (``routing/scores/<junction>``) and the figures it is given
   (``figures/node_link``) and keeps a history; :func:`~routing_rl.agents.sb3.train_sb3` runs it
   once more at the end when the last evaluation came before the last iteration.
 * :class:`EveryIterations` — runs its child callback each time the feature trainer completes
@@ -34,12 +35,14 @@ import csv
 import io
 import json
 import os
+import time
 import zipfile
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
 from routing_rl.envs.joint import FeatureTrainer
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EvalCallback, EventCallback
 from stable_baselines3.common.logger import CSVOutputFormat, Figure, Logger, TensorBoardOutputFormat
@@ -54,21 +57,35 @@ from routing_rl.training.evaluate import evaluate
 from routing_rl.training.interrupt import Interrupted, stop_requested
 from routing_rl.core.execution import Decide
 from routing_rl.core.graph import RoutedNet
-from routing_rl.training.monitor import Progress, evaluation_scalars
+from routing_rl.training.monitor import HISTOGRAM_EXAMPLES, Progress, evaluation_scalars
 
 PROGRESS_FILE = "progress.csv"
 EVALUATIONS_FILE = "evaluations.npz"
 ITERATION = "iteration"
 """The column of ``progress.csv`` holding each row's iteration (TensorBoard's step)."""
+TENSORBOARD_ONLY = ("stdout", "log", "json", "csv")
+"""The logger's formats a figure or a histogram is kept out of."""
+
+
+def joint_scalars(trainer: FeatureTrainer) -> dict[str, float]:
+    """The feature trainer's latest scalars and their ``losses/total``, as the learners log theirs."""
+    losses = [value for tag, value in trainer.last.items() if tag.startswith("losses/")]
+    return {**trainer.last, "losses/total": sum(losses)} if losses else dict(trainer.last)
 
 
 class TrainingCharts(BaseCallback):
-    """Routing statistics of the last ``window`` finished training episodes."""
+    """Routing statistics of the last ``window`` finished training episodes, the feature
+    trainer's scalars, and the images trained on per second of wall time since the last
+    rollout that completed an iteration."""
 
     def __init__(self, trainer: FeatureTrainer, window: int = 1000):
         super().__init__()
         self.trainer = trainer
         self.episodes: deque[tuple[int, bool, float]] = deque(maxlen=window)
+        self.since = (time.perf_counter(), trainer.updates)  # (wall time, iteration) the rate is measured from
+
+    def _on_training_start(self) -> None:
+        self.since = (time.perf_counter(), self.trainer.updates)
 
     def _on_step(self) -> bool:
         infos, dones = self.locals["infos"], self.locals["dones"]
@@ -83,8 +100,14 @@ class TrainingCharts(BaseCallback):
             self.logger.record("charts/train_accuracy", correct.mean())
             self.logger.record("charts/train_mean_macs", macs.mean())
             self.logger.record("charts/train_c_err", c_err.mean())
-        for tag, value in self.trainer.last.items():
+        for tag, value in joint_scalars(self.trainer).items():
             self.logger.record(tag, value)
+        started, iteration = self.since
+        if self.trainer.updates > iteration:
+            now = time.perf_counter()
+            images = (self.trainer.updates - iteration) * self.trainer.options.batch_size
+            self.logger.record("charts/examples_per_second", images / max(now - started, 1e-9))
+            self.since = (now, self.trainer.updates)
         if hasattr(self.model, "exploration_rate"):
             self.logger.record("charts/epsilon", self.model.exploration_rate)
 
@@ -101,15 +124,20 @@ class Validation(BaseCallback):
         progress: told the accuracy of each validation (at the first k_cpt).
         figures: entry -> ``{tag: matplotlib figure}`` logged beside the scalars (the
             application's ``figures/node_link``); None: none.
+        scores: images -> ``{junction: (B, actions) scores}``, the agent's at every junction,
+            drawn as the histograms ``routing/scores/<junction>`` of the first
+            :data:`~routing_rl.training.monitor.HISTOGRAM_EXAMPLES` validation images (images
+            only: a split of frames has none); None: none.
     """
 
     def __init__(self, net: RoutedNet, validation: Split, k_cpts: list[float], decide: Callable[[float], Decide],
                  path: Path, clock: Callable[[], int], history: list[dict] | None = None, task=None,
-                 progress: Progress | None = None, figures: Callable[[dict], dict] | None = None):
+                 progress: Progress | None = None, figures: Callable[[dict], dict] | None = None,
+                 scores: Callable[[torch.Tensor], dict[str, torch.Tensor]] | None = None):
         super().__init__()
         self.net, self.validation, self.k_cpts, self.decide, self.task = net, validation, k_cpts, decide, task
         self.progress = progress
-        self.clock, self.figures = clock, figures
+        self.clock, self.figures, self.scores = clock, figures, scores
         self.path = Path(path)
         self.history = list(history or [])
 
@@ -123,7 +151,11 @@ class Validation(BaseCallback):
             for tag, value in evaluation_scalars(result, "val" + suffix).items():
                 self.logger.record(tag, value)
         for tag, figure in (self.figures(entry) if self.figures is not None else {}).items():
-            self.logger.record(tag, Figure(figure, close=True), exclude=("stdout", "log", "json", "csv"))
+            self.logger.record(tag, Figure(figure, close=True), exclude=TENSORBOARD_ONLY)
+        if self.scores is not None and self.net.junctions and self.validation.frames == 1:
+            images = self.validation.images[:HISTOGRAM_EXAMPLES].to(next(self.net.parameters()).device)
+            for junction, scores in self.scores(images).items():
+                self.logger.record(f"routing/scores/{junction}", scores.cpu(), exclude=TENSORBOARD_ONLY)
         self.logger.dump()  # EvalCallback has dumped already; tie these to this iteration
         self.history.append(entry)
         atomic_write_text(self.path, json.dumps(self.history))
@@ -213,7 +245,7 @@ class ProgressCallback(BaseCallback):
     def _on_step(self) -> bool:
         steps = self.trainer.updates - self.progress.iteration
         if steps > 0:
-            loss = sum(v for k, v in self.trainer.last.items() if k.startswith("losses/"))
+            loss = joint_scalars(self.trainer).get("losses/total")
             self.progress.update(steps, steps * self.trainer.options.batch_size, loss)
         return True
 

@@ -38,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 
 import torch
+from torch.utils.tensorboard import SummaryWriter
 
 from routing_rl.core import devices
 from routing_rl.core.files import atomic_write_text, read_json, remove_stale_temporaries
@@ -55,7 +56,7 @@ from routing_rl.envs.factory import registered_settings
 from routing_rl.app.describe import summary
 from routing_rl.training.evaluate import evaluate, heads_alone
 from routing_rl.training.cost import COST_FILE, run_cost_model, write_cost_model
-from routing_rl.training.monitor import Monitor, writer_failures_in_training_thread
+from routing_rl.training.monitor import Monitor, write_hparams, writer_failures_in_training_thread
 from routing_rl.training.splits import RunError, training_splits
 
 CONFIG_FILE = "config.json"
@@ -493,6 +494,8 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
                                splits=(train_part, validation))
             net, evaluations = result.net, result.evaluations(task.examples(test))
             history, wall = result.history, time.perf_counter() - started
+            with contextlib.closing(SummaryWriter(str(run_dir))) as writer:  # the learners' Monitor writes theirs
+                write_hparams(writer, *run_hparams(config, evaluations))
         else:
             net, evaluations, history, wall = _train_learner(config, task, train_part, validation, test, run_dir,
                                                              device, resume, cost, distributed)
@@ -553,6 +556,14 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
     return metrics
 
 
+def run_hparams(config: TrainConfig, evaluations: list[dict]) -> tuple[dict, dict]:
+    """TensorBoard's hparams of a run: its resolved settings (not its folders; an SB3 agent's
+    keyword arguments as JSON) and, as metrics, its test accuracy and mean MACs."""
+    settings = {k: json.dumps(v) if k == "sb3_kwargs" else v for k, v in config.resolved_values().items()
+                if k not in ("logdir", "data_dir") and (k != "sb3_kwargs" or config.agent in SB3_AGENTS)}
+    return settings, {"test_accuracy": evaluations[0]["accuracy"], "test_mean_macs": evaluations[0]["mean_macs"]}
+
+
 def node_link_figures(structure: dict):
     """Validation entry -> ``{"figures/node_link": figure}``: where the entry's first
     evaluation left the net of ``structure`` (:func:`~routing_rl.app.describe.summary`)."""
@@ -609,10 +620,8 @@ def _train_learner(config, task, train_part, validation, test, run_dir, device, 
         for fields, k_cpt, decide in learner.evaluation_points(validation):
             evaluations.append({**fields, **evaluate(learner.net, test, k_cpt, decide, classes=task.classes,
                                                      sources=task.sources, task=task)})
-        final = {"test_accuracy": evaluations[0]["accuracy"], "test_mean_macs": evaluations[0]["mean_macs"]}
-        hparams = {k: v for k, v in config.resolved_values().items() if k not in ("sb3_kwargs", "logdir", "data_dir")}
         if monitor is not None:
-            monitor.hparams(hparams, final)
+            monitor.hparams(*run_hparams(config, evaluations))
     finally:
         if monitor is not None:
             monitor.close()

@@ -44,10 +44,8 @@ from routing_rl.training.evaluate import NonFiniteEvaluationError, evaluate
 from routing_rl.training.checkpoint import checkpoint_identity, random_states, restore_random_states
 from routing_rl.training.guard import NonFiniteLossError, check_finite, diverged
 from routing_rl.training.interrupt import Interrupted, stop_between_steps, stop_requested
-from routing_rl.training.monitor import Monitor, evaluation_scalars
+from routing_rl.training.monitor import HISTOGRAM_EXAMPLES, Monitor, evaluation_scalars
 
-HISTOGRAM_EXAMPLES = 512
-"""Validation examples whose router scores are drawn as histograms at each evaluation."""
 LOG_EVERY = 10
 """Iterations between TensorBoard scalar writes: often enough for smooth curves, rarely
 enough that logging stays off the profile."""

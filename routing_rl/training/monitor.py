@@ -45,6 +45,24 @@ def evaluation_scalars(evaluation: dict, prefix: str) -> dict[str, float]:
     return scalars
 
 
+def write_hparams(writer: SummaryWriter, hparams: Mapping[str, object], metrics: Mapping[str, float]) -> None:
+    """TensorBoard's HPARAMS entry of a run, into ``writer``'s own events file: its settings
+    ``hparams`` (values other than numbers, strings and booleans as text) and the scalars
+    ``hparams/<metric>``."""
+    from torch.utils.tensorboard.summary import hparams as hparams_summaries
+
+    clean = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
+    scalars = {f"hparams/{k}": float(v) for k, v in metrics.items()}
+    for summary in hparams_summaries(clean, scalars):
+        writer.file_writer.add_summary(summary)
+    for tag, value in scalars.items():
+        writer.add_scalar(tag, value)
+
+
+HISTOGRAM_EXAMPLES = 512
+"""Validation examples whose routing scores are drawn as histograms (``routing/scores/<junction>``)
+at each evaluation."""
+
 PROGRESS_SECONDS_ENV = "ROUTING_RL_PROGRESS_SECONDS"
 DEFAULT_PROGRESS_SECONDS = 30.0
 """Wall-clock seconds between progress lines where stderr is not a terminal: often enough to
@@ -215,8 +233,8 @@ class Monitor:
         self.writer.add_figure(tag, figure, step, close=True)
 
     def hparams(self, hparams: Mapping[str, object], metrics: Mapping[str, float]) -> None:
-        clean = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
-        self.writer.add_hparams(clean, {f"hparams/{k}": float(v) for k, v in metrics.items()}, run_name=".")
+        """See :func:`write_hparams`."""
+        write_hparams(self.writer, hparams, metrics)
 
     def progress(self, steps: int, examples: int, loss: float | None = None, **postfix: float) -> None:
         """See :meth:`Progress.update`."""
