@@ -65,7 +65,7 @@ from routing_rl.core.paths import Paths
 from routing_rl.agents.base import SGDLearner
 from routing_rl.training.sgd import leaf_correct, leaf_errors, training_policy
 from routing_rl.training.config import POLICIES, TrainConfig
-from routing_rl.training.learners import JOINT_LR, LR, REFUSALS, LearnerOptions, LearnerSpec, register_learner
+from routing_rl.training.learners import JOINT_LR, LR, LearnerOptions, LearnerSpec, register_learner
 from routing_rl.core.costs import guess_cost
 from routing_rl.data import Split
 from routing_rl.core.execution import RoutedOutput, argmax_decide, route
@@ -316,7 +316,8 @@ class CriticOptions(LearnerOptions):
         if self.head_weight is None:
             self.head_weight = 1.0 if self.execution == "full" else 0.0
         elif self.head_weight and self.execution != "full":
-            raise ValueError(REFUSALS["head_weight"].format(agent=f"a critic with --execution {self.execution}"))
+            raise ValueError(f"--head-weight trains every head on every image of the full tree; a critic with "
+                             f"--execution {self.execution} does not read it: drop it, or use --execution full")
         every_head = bool(self.head_weight)
         if self.utility_error is None:
             self.utility_error = "zero_one" if every_head else "cross_entropy"

@@ -335,8 +335,9 @@ class TrainConfig:
             if value not in EXECUTIONS:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(EXECUTIONS)}")
         if self.execution not in learner.executions:
+            env = " (how the env trains the features under it: --joint-execution)" if learner.trains_through_env else ""
             raise ValueError(learner.refusals.get("execution", "--execution {value} chooses how a critic trains; {agent!r} "
-                                              "does not read it: drop it").format(agent=self.agent, value=self.execution))
+                                              "does not read it: drop it" + env).format(agent=self.agent, value=self.execution))
         if self.joint_execution != "full" and not learner.trains_through_env:
             raise ValueError(f"--joint-execution chooses how the routing env trains the features under dqn, ppo and a2c; "
                              f"{self.agent!r} does not train through the env: drop it")
