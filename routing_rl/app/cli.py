@@ -32,8 +32,14 @@ from routing_rl.data import DATASETS, DataNotFoundError
 from routing_rl.training.interrupt import Interrupted, handling_signals, stop_requested
 from routing_rl.training.learners import learner_names, learner_spec
 
+def agent_names() -> tuple[str, ...]:
+    """Every registered learner, the package's first in the order its reports list them."""
+    names = learner_names()
+    return (*[name for name in AGENTS if name in names], *[name for name in names if name not in AGENTS])
+
+
 HELP = {
-    "agent": "learner: " + ", ".join(AGENTS) + " (critic: pragmatic-critic), or MODULE:NAME for a learner your "
+    "agent": "learner: " + ", ".join(agent_names()) + " (critic: pragmatic-critic), or MODULE:NAME for a learner your "
              "module registers (docs/architecture.md)",
     "policy": "training routing policy: " + ", ".join(POLICIES) + " (default: the agent's own)",
     "env": "routing task id: a routing_rl/ id, or PKG.MODULE:TaskId-v0 for a task your package registers (docs/plugins.md)",

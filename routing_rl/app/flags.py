@@ -20,7 +20,7 @@ import re
 import sys
 import typing
 
-from routing_rl.app.cli import build_parser
+from routing_rl.app.cli import agent_names, build_parser
 from routing_rl.core.costs import ERROR_COSTS
 from routing_rl.core.k_cpt import COSTS, DYNAMIC
 from routing_rl.data import DATASETS
@@ -28,11 +28,9 @@ from routing_rl.data.containers import VALIDATION_MIXES
 from routing_rl.nets.multiscale import arch_names
 from routing_rl.training import config as cfg
 from routing_rl.training.config import DEFAULT_PRESET, PRESET_VALUES, TrainConfig, make_config
-from routing_rl.training.learners import learner_names
 
 REGENERATE = "python -m routing_rl.app.flags > docs/flags.md"
-AGENTS = tuple(sorted(learner_names(), key=lambda name: cfg.AGENTS.index(name) if name in cfg.AGENTS else len(cfg.AGENTS)))
-"""Every registered learner, the package's in the order its reports list them."""
+AGENTS = agent_names()
 CHOICES = {
     "agent": AGENTS, "policy": cfg.POLICIES, "preset": cfg.PRESETS, "execution": cfg.EXECUTIONS,
     "joint_execution": cfg.EXECUTIONS, "cost": COSTS,
