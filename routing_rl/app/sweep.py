@@ -22,7 +22,7 @@ from pathlib import Path
 from routing_rl.app.runs import (METRICS_FILE, RunError, final_validation_accuracy, has_checkpoint, has_results,
                                 read_run, task_for)
 from routing_rl.app.workers import default_workers, gpu_slots, in_this_process, local_workers, ray_tasks, uses_gpus
-from routing_rl.training.config import RESUME_OVERRIDES, SB3_AGENTS, TrainConfig, make_config
+from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, make_config
 from routing_rl.training.interrupt import Interrupted, handling_signals
 
 LR_CANDIDATES = (0.1, 0.05, 0.02, 0.01)
@@ -86,7 +86,7 @@ def sweep_configs(
 def config_differences(saved: TrainConfig, wanted: TrainConfig) -> list[str]:
     """``"field saved (here) vs wanted"`` for every setting of the experiment that differs."""
     have, want = saved.resolved_values(), wanted.resolved_values()  # runs saved before a default became None hold its value
-    if wanted.agent not in SB3_AGENTS:  # only the env's joint training reads it; its default changed with the suite
+    if not wanted.spec.trains_through_env:  # only the env's joint training reads it; its default changed with the suite
         del have["uniform_weight"], want["uniform_weight"]
     return [f"{name} {have[name]!r} (saved) vs {want[name]!r} (asked)"
             for name in want if name not in IGNORED_IN_COMPARISON and have[name] != want[name]]
