@@ -3,7 +3,9 @@
 One :class:`TrainConfig` describes a run completely; it is saved beside the run as
 ``config.json`` and every field is a command-line flag of ``experiments/train_agent.py``
 (``k_cpt`` → ``--k-cpt``). A preset fills the schedule-related fields; any field given
-explicitly wins over the preset.
+explicitly wins over the preset. The fields a learner leaves at None take its defaults, which
+its module declares with its name, policies and refusals
+(:class:`~routing_rl.training.learners.LearnerSpec`); ``options`` is that learner's view.
 
 Presets:
   * ``paper`` — the paper's schedule: 80,000 iterations of batch 128; lr 0.1, τ and ε
@@ -264,7 +266,7 @@ class TrainConfig:
         self._check_refusals(("error_cost",))
 
     def _check_refusals(self, names) -> None:
-        """Each of ``names`` the learner refuses (LearnerSpec.refuses): only its default, or no value, passes."""
+        """Each of ``names`` the learner refuses (``LearnerSpec.refusals``): only its default, or no value, passes."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name in names:
             value = getattr(self, name)
