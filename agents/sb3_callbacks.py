@@ -214,12 +214,15 @@ class StopBetweenSteps(BaseCallback):
 
     def _on_training_start(self) -> None:
         if isinstance(self.model, OnPolicyAlgorithm):
-            self.hook = self.model.policy.register_forward_pre_hook(lambda module, args: self._on_rollout_start())
+            self.hook = self.model.policy.register_forward_pre_hook(lambda module, args: self.stop_if_requested())
 
     def _on_step(self) -> bool:
         return True
 
     def _on_rollout_start(self) -> None:
+        self.stop_if_requested()
+
+    def stop_if_requested(self) -> None:
         if stop_requested():
             self.close()
             raise Interrupted(stop_requested(), self.trainer.updates)
