@@ -71,7 +71,7 @@ values an id is registered with are a run's defaults (:func:`registered_settings
 RUN_DECIDES = {
     "split": "a run trains on the training split and is judged on the test split",
     "train": "a run trains its net",
-    "joint": "the SB3 agents' feature training takes the run's --lr, --batch-size, --execution and --uniform-weight",
+    "joint": "the SB3 agents' feature training takes the run's --lr, --batch-size, --joint-execution and --uniform-weight",
     "max_error_cost": "no learner bounds c_err",
 }
 """Env keywords a training run sets itself, and why; an id registered with another value than
