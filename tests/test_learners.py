@@ -175,3 +175,21 @@ def test_a_learner_option_of_the_wrong_type_is_one_line(tmp_path, monkeypatch):
         make_config("smoke", agent="toy_learner_typed:toy", learner_options={"gain": "strong"})
     with pytest.raises(ValueError, match="agent 'actor' has no option gain; drop it from learner_options"):
         make_config("smoke", agent="actor", learner_options={"gain": 2.0})
+
+
+def test_an_sb3_run_written_before_joint_execution_resumes(tiny_data, cache, tmp_path):
+    """A dqn run whose config.json says ``execution: sampled``, as written before the env's
+    feature training had a flag of its own: it resumes with that feature training."""
+    args = ["--agent", "dqn", "--joint-execution", "sampled", "--uniform-weight", "0.5", "--preset", "smoke",
+            "--iterations", "4", "--eval-every", "2", "--checkpoint-every", "2", "--data-dir", str(tiny_data),
+            "--download", "false", "--validation-fraction", "0.4", "--logdir", str(tmp_path), "--run-name", "dqn"]
+    assert main(args) == 0
+    run_dir = tmp_path / "dqn"
+    (run_dir / "metrics.json").unlink()
+    written = json.loads((run_dir / "config.json").read_text())
+    before = {name: value for name, value in written.items() if name not in ("joint_execution", "learner_options")}
+    before["execution"] = "sampled"
+    assert set(before) == set(json.loads((FIXTURES / BEFORE.format("dqn")).read_text()))  # the fields of then
+    (run_dir / "config.json").write_text(json.dumps(before, indent=2, sort_keys=True))
+    assert main(["--resume", str(run_dir)]) == 0
+    assert (run_dir / "metrics.json").is_file()
