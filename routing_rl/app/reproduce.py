@@ -240,16 +240,20 @@ def read_results(planned: Sequence[tuple[Series, TrainConfig]], k_cpts: Sequence
 def train_accuracy(run_dir: Path | None, tail: float = 0.1) -> float | None:
     """The run's training-batch accuracy (0..1) averaged over the last ``tail`` of its logged
     steps (``charts/train_accuracy`` in its TensorBoard events; a step logged again after a
-    resume counts once, as last written); None where it was not logged."""
+    resume counts once, as last written); None where it was not logged. "Last written" is read
+    from each event's wall time, not the files' names, which do not order two files opened in
+    the same second."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    by_step = {}
-    for events in sorted(run_dir.glob("events.out.tfevents.*")) if run_dir else ():
+    by_step: dict[int, tuple[float, float]] = {}
+    for events in run_dir.glob("events.out.tfevents.*") if run_dir else ():
         accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
         accumulator.Reload()
         if "charts/train_accuracy" in accumulator.Tags()["scalars"]:
-            by_step.update((e.step, e.value) for e in accumulator.Scalars("charts/train_accuracy"))
-    values = [by_step[step] for step in sorted(by_step)]
+            for e in accumulator.Scalars("charts/train_accuracy"):
+                if e.step not in by_step or e.wall_time >= by_step[e.step][0]:
+                    by_step[e.step] = (e.wall_time, e.value)
+    values = [by_step[step][1] for step in sorted(by_step)]
     return statistics.fmean(values[-max(1, round(tail * len(values))):]) if values else None
 
 
