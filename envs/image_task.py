@@ -21,7 +21,8 @@ from routing_rl.nets.multiscale import arch_names, build
 
 class ImageTask(RoutingTask):
     """32×32 colour images through the paper's multiscale nets (``static-N``, ``chain``, ``tree``) or
-    CIFAR ResNets with an exit after each stage (``resnetD-exits``; static ``resnetD``, ``resnetD-exitK``:
+    CIFAR ResNets with an exit after each stage (``resnetD-exits``; static ``resnetD``, ``resnetD-exitK``)
+    or every B blocks (``resnetD-exits-everyB``; static ``resnetD-everyB``, ``resnetD-exitK-everyB``;
     :mod:`routing_rl.nets.resnet`).
 
     Args:

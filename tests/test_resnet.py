@@ -12,6 +12,7 @@ from routing_rl.app.runs import load_run
 from routing_rl.core.execution import dynamic
 from routing_rl.envs.image_task import ImageTask
 from routing_rl.nets import resnet
+from routing_rl.nets.routable import load_backbone
 from routing_rl.training.evaluate import evaluate
 from helpers import randomize_routers, varied_images
 
@@ -56,20 +57,61 @@ def test_exit_every_k_blocks_puts_an_exit_after_every_k_and_the_rest_in_the_last
     assert net.leaf_path_macs[-1] == pytest.approx(resnet.resnet(20, width=0.25).leaf_path_macs[-1], rel=0.01)
 
 
-def test_routed_execution_matches_full_evaluation():
-    net = resnet.build("resnet32-exits", width=0.5, classes=3)
-    x = varied_images(16)
+def test_resnet56_with_an_exit_every_3_blocks_costs_the_plain_net_plus_its_heads_and_routers():
+    net = resnet.build("resnet56-exits-every3")
+    plain = resnet.build("resnet56")
+    segments = [f"seg{k}" for k in range(1, 10)]
+    assert net.leaves == [f"exit{k}" for k in range(1, 10)] and net.junctions == segments[:-1]
+    # seg4 is stage 2's first three blocks: one convolution reads 16 channels at stride 2, five 32 channels on 16×16
+    assert net.macs["seg4"] == 16 * 16 * 9 * 16 * 32 + 5 * 16 * 16 * 9 * 32 * 32
+    heads = [net.macs[f"exit{k}"] for k in range(1, 10)]
+    assert heads == [16 * 10] * 3 + [32 * 10] * 3 + [64 * 10] * 3
+    # stage 3 (8×8, twice the channels) costs what stage 2 does
+    stages = 18 * 32 * 32 * 9 * 16 * 16 + 2 * (16 * 16 * 9 * 16 * 32 + 17 * 16 * 16 * 9 * 32 * 32)
+    assert plain.leaf_path_macs == [32 * 32 * 9 * 3 * 16 + stages + 640] == [125_485_696]
+    assert sum(net.macs[name] for name in segments) + heads[-1] == plain.leaf_path_macs[0]
+    routers = [net.router_macs[name] for name in segments]
+    assert all(routers[:-1]) and routers[-1] == 0
+    assert net.leaf_path_macs[-1] == plain.leaf_path_macs[0] + sum(routers)
+    assert net.full_macs == plain.leaf_path_macs[0] + sum(heads[:-1]) + sum(routers)
+
+
+def test_every_b_static_paths_compute_the_routed_net_s_exits_and_a_plain_one_loads_into_it():
+    routed = resnet.build("resnet56-exits-every3", width=0.25).eval()
+    prefix = resnet.build("resnet56-exit4-every3", width=0.25).eval()
+    assert prefix.leaves == ["exit4"] and not prefix.junctions
+    prefix.load_state_dict({k: v for k, v in routed.state_dict().items() if k in prefix.state_dict()})
+    x = varied_images(3)
+    torch.testing.assert_close(prefix(x).logits["exit4"], routed(x).logits["exit4"])
+    assert prefix.leaf_path_macs[0] == routed.path_macs("exit4") - sum(routed.router_macs[f"seg{k}"] for k in range(1, 5))
+    plain = resnet.build("resnet56-every3", width=0.25).eval()
+    assert plain.leaves == ["exit9"] and plain.leaf_path_macs == resnet.build("resnet56", width=0.25).leaf_path_macs
+    new = load_backbone(routed, plain.state_dict())
+    assert new and all(".router." in key or key.split(".")[1] in {f"exit{k}" for k in range(1, 9)} for key in new)
+    torch.testing.assert_close(routed(x).logits["exit9"], plain(x).logits["exit9"])
+    with pytest.raises(ValueError, match="tensors this net has not"):  # a plain resnet56 is cut at other places
+        load_backbone(routed, resnet.build("resnet56", width=0.25).state_dict())
+
+
+@pytest.mark.parametrize("arch, exits", [("resnet32-exits", 3), ("resnet20-exits-every1", 9)])
+def test_routed_execution_matches_full_evaluation(arch, exits):
+    net = resnet.build(arch, width=0.5, classes=3)
+    assert len(net.leaves) == exits
+    x = varied_images(32)
     randomize_routers(net, x)
     net.eval()
     routed = dynamic(net, x)
-    assert len(set(routed.leaf.tolist())) > 1, "the randomised routers spread the batch"
+    assert len(set(routed.leaf.tolist())) > min(exits - 1, 2), "the randomised routers spread the batch"
     full = net(x)
     for i, leaf in enumerate(routed.leaf.tolist()):
         torch.testing.assert_close(routed.logits[i], full.logits[net.leaves[leaf]][i], rtol=1e-4, atol=1e-5)
+        assert routed.macs[i] == net.leaf_path_macs[leaf]
 
 
 @pytest.mark.parametrize("arch, words", [
-    ("resnet21-exits", r"depth 6n \+ 2"), ("resnet20-exit4", "has exits exit1, exit2, exit3"), ("resnet", "unknown ResNet arch"),
+    ("resnet21-exits", r"depth 6n \+ 2"), ("resnet20-exit4", "with exits has exit1 to exit3"), ("resnet", "unknown ResNet arch"),
+    ("resnet56-exit10-every3", "with exits every 3 blocks has exit1 to exit9"), ("resnet20-exits-every10", "1 to 9 for ResNet-20"),
+    ("resnet20-every", "optionally ending in -everyB"),
 ])
 def test_bad_names_are_refused_with_the_fix(arch, words):
     with pytest.raises(ValueError, match=words):
@@ -90,6 +132,11 @@ def test_the_image_tasks_offer_the_resnets_and_their_static_paths():
     assert {"resnet20-exits", "resnet32-exits", "resnet56-exits"} <= set(task.archs)
     assert {"resnet20", "resnet20-exit1", "resnet56-exit2"} <= set(task.static_archs())
     assert "resnet20-exits" not in task.static_archs()
+    every = {"resnet20-exits-every1", "resnet32-exits-every1", "resnet56-exits-every1", "resnet56-exits-every3"}
+    assert every <= set(task.archs) and not every & set(task.static_archs())
+    assert {"resnet56-every3", "resnet56-exit8-every3", "resnet20-exit8-every1"} <= set(task.static_archs())
+    assert "resnet56-exit9-every3" not in task.all_archs(), "the deepest path is the plain resnet56-every3"
+    assert task.make_net("resnet56-exit2-every3", width=0.25).leaf_path_macs == resnet.build("resnet56-exit2-every3", width=0.25).leaf_path_macs
     net = task.make_net("resnet20-exits", seed=1, exit_confidence=True)
     assert net.exit_confidence and net.nodes["seg1"].router.layers[0].in_features == 16 + 1
 
@@ -110,17 +157,23 @@ def cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path_factory.getbasetemp() / "resnet-cache"))
 
 
-@pytest.mark.parametrize("learner", [pytest.param(name, marks=(pytest.mark.slow,) if name == "dqn" else ()) for name in LEARNERS])
-def test_every_learner_trains_resnet20_exits_on_an_image_task(learner, tiny_data, tmp_path, capsys, cache):
-    logdir = tmp_path / "runs"
+def train_on_tiny_cifar(tiny_data, logdir, capsys, *flags: str) -> dict:
+    """Two smoke iterations of a ResNet on the tiny CIFAR-10 through the command line; the run's metrics."""
     args = ["--env", "routing_rl/CIFAR10Routing-v0", "--arch", "resnet20-exits", "--k-cpt", "4e-9", "--preset", "smoke",
             "--iterations", "2", "--batch-size", "8", "--eval-every", "1", "--eval-examples", "8",
             "--validation-fraction", "0.4", "--data-dir", str(tiny_data), "--download", "false", "--device", "cpu",
-            "--logdir", str(logdir), "--run-name", "run", "--json", *LEARNERS[learner]]
+            "--logdir", str(logdir), "--run-name", "run", "--json", *flags]
     assert main(args) == 0
     capsys.readouterr()
     metrics = json.loads((logdir / "run" / "metrics.json").read_text())
     assert 0 <= metrics["test_accuracy"] <= 1
+    return metrics
+
+
+@pytest.mark.parametrize("learner", [pytest.param(name, marks=(pytest.mark.slow,) if name == "dqn" else ()) for name in LEARNERS])
+def test_every_learner_trains_resnet20_exits_on_an_image_task(learner, tiny_data, tmp_path, capsys, cache):
+    logdir = tmp_path / "runs"
+    metrics = train_on_tiny_cifar(tiny_data, logdir, capsys, *LEARNERS[learner])
     config, task, net = load_run(logdir / "run")
     if learner == "static":
         assert config.arch == "resnet20" and net.leaves == ["exit3"] and not net.junctions
@@ -129,3 +182,13 @@ def test_every_learner_trains_resnet20_exits_on_an_image_task(learner, tiny_data
         assert list(metrics["test"][0]["heads_alone"]) == ["exit1", "exit2", "exit3"]
     again = evaluate(net, task.dataset().test, config.k_cpt, classes=task.classes, sources=task.sources, task=task)
     assert 0 <= again["accuracy"] <= 1 and again["mean_macs"] <= net.leaf_path_macs[-1]
+
+
+@pytest.mark.parametrize("flags, leaves", [
+    (["--agent", "actor", "--arch", "resnet20-exits-every1"], [f"exit{k}" for k in range(1, 10)]),
+    (["--agent", "static", "--arch", "resnet20-exit2-every1"], ["exit2"]),
+])
+def test_the_command_line_trains_resnets_with_an_exit_every_block(flags, leaves, tiny_data, tmp_path, capsys, cache):
+    train_on_tiny_cifar(tiny_data, tmp_path / "runs", capsys, *flags)
+    config, _, net = load_run(tmp_path / "runs" / "run")
+    assert config.arch == flags[-1] and net.leaves == leaves

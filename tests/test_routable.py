@@ -8,6 +8,7 @@ import torch
 import torchvision
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+from torchvision.models.feature_extraction import get_graph_node_names
 
 from routing_rl.core.execution import dynamic
 from routing_rl.nets import resnet
@@ -153,6 +154,53 @@ def test_a_user_s_own_net_splits_after_its_residual_addition():
     assert net.leaves == ["exit1", "exit2"] and net.macs["seg1"] == 32 * 32 * 9 * 4 * (3 + 4)
     with pytest.raises(RoutableError, match="predicts 10 classes, not classes=5"):
         routable(model, ["add"], SHAPE, classes=5)
+
+
+class LayerScaled(Residual):
+    """A residual block whose branch a parameter scales (ConvNeXt's layer scale): the forward
+    reads the parameter as an attribute, not through a module."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((4, 1, 1), 0.5))
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        h = h + self.scale * self.conv(h)
+        return self.head(h.mean((2, 3)))
+
+
+def test_a_parameter_read_as_an_attribute_after_an_exit_stays_the_model_s():
+    torch.manual_seed(0)
+    model = LayerScaled().eval()
+    net = routable(model, ["stem"], SHAPE).eval()
+    x = varied_images(3)
+    torch.testing.assert_close(net(x).logits["exit2"], model(x))
+    assert any(p is model.scale for p in net.parameters()), "training the net trains the model's own scale"
+
+
+def tiny_vit() -> nn.Module:
+    """A ViT on 32×32 images: 16 patches of 8×8 and a class token, 2 layers of width 16."""
+    torch.manual_seed(0)
+    return torchvision.models.vision_transformer.VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=10).eval()
+
+
+@pytest.mark.parametrize("layer", ["encoder.layers.encoder_layer_0", "encoder.ln"])
+def test_an_exit_on_a_transformer_s_tokens_is_refused_with_one_line(layer):
+    with pytest.raises(RoutableError, match=rf"exit '{layer}' gives \(17, 16\) per example, not a feature map") as refused:
+        routable(tiny_vit(), [layer], SHAPE)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_transformer_exits_on_its_class_token():
+    model = tiny_vit()
+    class_token = get_graph_node_names(model)[1][-2]  # the encoder's first token, which the classifier reads
+    net = routable(model, [class_token], SHAPE).eval()
+    x = varied_images(2)
+    assert net.nodes["exit1"].transform.linear.in_features == 16
+    torch.testing.assert_close(net(x).logits["exit2"], model(x))
+    assert any(p is model.class_token for p in net.nodes["seg1"].parameters())
 
 
 def test_a_plain_resnet_checkpoint_loads_into_the_routed_resnet(tmp_path):

@@ -11,8 +11,11 @@ blocks (``exit_every=k``, as Shallow-Deep Networks place their internal classifi
 Arch names (:func:`build`): ``resnetD-exits`` (the routed chain, an exit after each stage);
 the static nets that are its paths (:func:`~routing_rl.core.graph.path_net`): ``resnetD``, the
 plain ResNet (its deepest exit's path), and ``resnetD-exitK``, the stages up to exit ``K``
-with that head. A static net's node names are the routed net's, so a trained plain
-``resnetD`` loads into ``resnetD-exits`` (:func:`~routing_rl.nets.routable.load_backbone`).
+with that head. The suffix ``-everyB`` puts an exit every ``B`` blocks instead:
+``resnetD-exits-everyB``, with its paths ``resnetD-everyB`` (the plain net, its node names
+this chain's) and ``resnetD-exitK-everyB``. A static net's node names are its routed net's,
+so a trained plain ``resnetD`` loads into ``resnetD-exits``, and ``resnetD-everyB`` into
+``resnetD-exits-everyB`` (:func:`~routing_rl.nets.routable.load_backbone`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ INPUT_SHAPE = (3, 32, 32)
 STAGE_CHANNELS = (16, 32, 64)
 DEPTHS = (20, 32, 56)
 """The depths the image tasks offer by name; :func:`resnet` builds any ``6n + 2``."""
-ARCH = re.compile(r"resnet(\d+)(-exits|-exit(\d+))?")
+ARCH = re.compile(r"resnet(\d+)(-exits|-exit(\d+))?(?:-every(\d+))?")
 
 
 class BasicBlock(nn.Module):
@@ -109,31 +112,50 @@ def resnet(depth: int = 20, width: float = 1, classes: int = 10, exit_every: int
     return exit_chain(segments, classes, INPUT_SHAPE, k_cpt_input=k_cpt_input)
 
 
+def exit_spacings(depth: int) -> list[int]:
+    """The ``exit_every`` the image tasks offer for ResNet-``depth``: the divisors of a stage's
+    ``n`` blocks below ``n``, so that every stage still ends at an exit."""
+    n = blocks_per_stage(depth)
+    return [every for every in range(1, n) if n % every == 0]
+
+
 def arch_names() -> list[str]:
     """Every ResNet arch the image tasks offer: the routed chains, then their static paths."""
-    return [f"resnet{d}-exits" for d in DEPTHS] + static_arch_names()
+    every = [f"resnet{d}-exits-every{b}" for d in DEPTHS for b in exit_spacings(d)]
+    return [f"resnet{d}-exits" for d in DEPTHS] + every + static_arch_names()
 
 
 def static_arch_names() -> list[str]:
-    """``resnetD`` (the plain net) and ``resnetD-exitK`` (K = 1, 2) for each offered depth."""
-    return [name for d in DEPTHS for name in (f"resnet{d}", f"resnet{d}-exit1", f"resnet{d}-exit2")]
+    """For each offered depth, ``resnetD`` (the plain net) and ``resnetD-exitK`` (K = 1, 2);
+    for each offered spacing, ``resnetD-everyB`` and ``resnetD-exitK-everyB`` (every exit but
+    the deepest)."""
+    names = [name for d in DEPTHS for name in (f"resnet{d}", f"resnet{d}-exit1", f"resnet{d}-exit2")]
+    for d in DEPTHS:
+        for b in exit_spacings(d):
+            exits = 3 * blocks_per_stage(d) // b
+            names += [f"resnet{d}-every{b}", *(f"resnet{d}-exit{k}-every{b}" for k in range(1, exits))]
+    return names
 
 
 def build(arch: str, width: float = 1, classes: int = 10, k_cpt_input: bool = False,
           exit_confidence: bool = False) -> RoutedNet:
-    """A ResNet by arch name (module docstring): ``resnetD-exits``, ``resnetD`` or ``resnetD-exitK``."""
+    """A ResNet by arch name (module docstring): ``resnetD-exits``, ``resnetD`` or
+    ``resnetD-exitK``, each with an optional ``-everyB`` (any ``B`` from 1 to ``3n``)."""
     match = ARCH.fullmatch(arch)
     if match is None:
-        raise ValueError(f"unknown ResNet arch {arch!r}; choose resnetD-exits, resnetD or resnetD-exitK "
-                         f"(D = 6n + 2, e.g. {', '.join(arch_names()[:3])})")
+        raise ValueError(f"unknown ResNet arch {arch!r}; choose resnetD-exits, resnetD or resnetD-exitK, optionally "
+                         f"ending in -everyB for an exit every B blocks (D = 6n + 2, e.g. {', '.join(arch_names()[:3])}, "
+                         "resnet56-exits-every3)")
     depth = int(match.group(1))
+    every = None if match.group(4) is None else int(match.group(4))
     if match.group(2) == "-exits":
-        net = resnet(depth, width, classes, k_cpt_input=k_cpt_input)
+        net = resnet(depth, width, classes, exit_every=every, k_cpt_input=k_cpt_input)
         return read_exit_confidence(net) if exit_confidence else net
     if k_cpt_input or exit_confidence:
         raise ValueError(f"{arch} is a static net without routers; drop k_cpt_input and exit_confidence")
-    routed = resnet(depth, width, classes)
+    routed = resnet(depth, width, classes, exit_every=every)
     leaf = routed.leaves[-1] if match.group(3) is None else f"exit{match.group(3)}"
     if leaf not in routed.leaves:
-        raise ValueError(f"{arch}: ResNet-{depth} has exits {', '.join(routed.leaves)}")
+        spacing = "" if every is None else f" every {every} blocks"
+        raise ValueError(f"{arch}: ResNet-{depth} with exits{spacing} has exit1 to {routed.leaves[-1]}")
     return path_net(routed, leaf)

@@ -22,13 +22,17 @@ Which models it cannot split, each refused with one line naming the problem:
 * an exit that is not a node of the traced graph, an exit named twice, or the model's output;
 * an exit that is not on the main path, or where a skip connection crosses: the part after an
   exit must read nothing but the exit's output (so an exit inside a residual block, between
-  its input and its addition, is refused; after the block's addition it is fine), and an
-  exit's output must be a tensor ``(B, C, ...)`` (channels first: the head averages over the
-  positions after ``C``).
+  its input and its addition, is refused; after the block's addition it is fine);
+* an exit whose output is neither a feature map ``(B, C, H, W)`` nor a vector ``(B, C)``: the
+  head averages over the positions after ``C``, and a transformer's tokens ``(B, tokens, D)``
+  have no channel axis there (a ViT exits on its class token, after the encoder). A map must
+  be channels first: a channels-last ``(B, H, W, C)`` one (Swin's stages) has the same rank,
+  so it cannot be told apart and would be pooled over the wrong axes.
 """
 
 from __future__ import annotations
 
+import operator
 import warnings
 from collections.abc import Mapping, Sequence
 
@@ -139,6 +143,7 @@ def routable(model: nn.Module, exits: Sequence[str], input_shape: Sequence[int],
     cuts = [order[marks[name]] for name in exits]
     parts = split_module(traced, model, lambda node: sum(order[node] > cut for cut in cuts), keep_original_order=True)
     graphs = [getattr(parts, f"submod_{i}") for i in range(len(exits) + 1)]
+    _read_attributes_inside(parts)
     _check_cuts(graphs, exits, type(model).__name__)
     segments = [Segment(graph) for graph in graphs]
     shapes = _shapes(model, segments, input_shape, exits)
@@ -151,6 +156,30 @@ def routable(model: nn.Module, exits: Sequence[str], input_shape: Sequence[int],
                             f"with num_classes={classes} or drop classes=")
     chain = [(segment, shape[0]) for segment, shape in zip(segments[:-1], shapes[:-1])]
     return exit_chain(chain, logits[0], input_shape, classifier=segments[-1], k_cpt_input=k_cpt_input)
+
+
+def _read_attributes_inside(parts: fx.GraphModule) -> None:
+    """split_module hands each part the tensors the model reads as attributes (a ViT's class
+    token and position embedding, ConvNeXt's layer scales) as extra inputs, but a segment is
+    called with the state alone: each part holds them itself instead, the model's own tensors."""
+    for call in parts.graph.nodes:
+        if call.op != "call_module":
+            continue
+        graph = getattr(parts, call.target)
+        placeholders = [node for node in graph.graph.nodes if node.op == "placeholder"]
+        first = next(node for node in graph.graph.nodes if node.op != "placeholder")
+        for placeholder, arg in zip(placeholders, call.args):
+            if not (isinstance(arg, fx.Node) and arg.op == "get_attr"):
+                continue
+            value = operator.attrgetter(arg.target)(parts)
+            if isinstance(value, nn.Parameter):
+                graph.register_parameter(placeholder.name, value)
+            else:
+                graph.register_buffer(placeholder.name, value)
+            with graph.graph.inserting_before(first):
+                placeholder.replace_all_uses_with(graph.graph.get_attr(placeholder.name))
+            graph.graph.erase_node(placeholder)
+        graph.recompile()
 
 
 def _check_cuts(segments: list[fx.GraphModule], exits: list[str], model_name: str) -> None:
@@ -193,6 +222,10 @@ def _shapes(model: nn.Module, segments: list[Segment], input_shape: Sequence[int
                     where = f"exit {exits[i]!r}" if i < len(exits) else "the model's output"
                     raise RoutableError(f"{where} gives {type(state).__name__}, not a (batch, channels, ...) tensor; "
                                         "pick a node that outputs a feature map")
+                if i < len(exits) and state.dim() not in (2, 4):
+                    raise RoutableError(f"exit {exits[i]!r} gives {tuple(state.shape[1:])} per example, not a feature map "
+                                        "(C, H, W) or a vector (C,) its head can pool (a transformer's tokens have no "
+                                        "channel axis first); pick a node with such an output, such as a class token")
                 shapes.append(tuple(state.shape[1:]))
             if state.shape != expected.shape or not torch.allclose(state, expected, rtol=1e-4, atol=1e-5):
                 raise RoutableError(f"the traced graph of {type(model).__name__} does not compute its output; "
