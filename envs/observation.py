@@ -3,13 +3,13 @@
 One observation space and one action space cover every junction of a net, although
 junctions differ in descriptor size and number of sinks:
 
-* observation — ``float32`` vector ``[descriptor | junction one-hot | k_cpt × 1e7]``:
+* observation — ``float32`` vector ``[descriptor | junction one-hot | k_cpt]``:
   the junction node's descriptor (what its router would read), zero-padded to the largest
   descriptor in the net; a one-hot of the junction's position in ``net.junctions``; and,
-  only when k_cpt is dynamic, the episode's cost per ten million MACs (as the paper's
-  routers read it). At a leaf (the terminal observation) descriptor and one-hot are zero.
+  only when k_cpt is dynamic, the episode's cost per MAC as the routers read it
+  (:func:`~routing_rl.core.k_cpt.router_input`). At a leaf (the terminal observation) descriptor and one-hot are zero.
   Descriptors are unbounded (ReLU features of any size), so their bounds are ±inf; the
-  one-hot lies in [0, 1] and the k_cpt entry in [0, max(K_CPT_VALUES) × 1e7].
+  one-hot lies in [0, 1] and the k_cpt entry in [0, router_input(max(K_CPT_VALUES))].
 * action — ``Discrete(max sinks)``: sink ``a`` of the current junction. Where junctions
   have different numbers of sinks (the tree), :meth:`ObservationLayout.masks` says which
   actions are valid (the envs' ``action_masks()``, for sb3-contrib's ``MaskablePPO``), and an
@@ -84,7 +84,7 @@ class ObservationLayout:
 
     Args:
         net: the routed net; it must have at least one junction.
-        dynamic_k_cpt: whether observations end with the episode's k_cpt × 1e7.
+        dynamic_k_cpt: whether observations end with the episode's k_cpt (as routers read it).
 
     Attributes:
         junctions: junction names, in the order of the one-hot.

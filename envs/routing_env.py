@@ -31,10 +31,10 @@ class RoutingEnv(TrafficControls, gym.Env):
     ``0.7``, NaN, None, strings and arrays of another shape are refused.
 
     ## Observation Space
-    ``Box(float32)``: ``[descriptor | junction one-hot | k_cpt × 1e7]`` — the junction node's
+    ``Box(float32)``: ``[descriptor | junction one-hot | k_cpt]`` — the junction node's
     descriptor (what its router would read), zero-padded to the largest in the net; a one-hot
-    of the junction; and, only with ``k_cpt="dynamic"``, the episode's cost per ten million
-    MACs. All zeros (but the cost) at a leaf. A task may observe otherwise
+    of the junction; and, only with ``k_cpt="dynamic"``, the episode's cost per MAC as a
+    router reads it (:func:`~routing_rl.core.k_cpt.router_input`). All zeros (but the cost) at a leaf. A task may observe otherwise
     (:meth:`RoutingTask.observation_layout`).
 
     ## Rewards

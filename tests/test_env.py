@@ -15,7 +15,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import routing_rl  # noqa: F401  (registers the ids)
 from routing_rl.core.costs import error_cost
-from routing_rl.core.k_cpt import K_CPT_SCALE, K_CPT_VALUES
+from routing_rl.core.k_cpt import K_CPT_VALUES, router_input
 from routing_rl.data import SOURCES, RoutingDataset, Split
 from routing_rl.training.config import JOINT_LR, TrainConfig
 from routing_rl.training.evaluate import evaluate
@@ -69,7 +69,7 @@ def test_spaces_cover_every_junction(dataset):
     for _ in range(5):
         obs, info = dynamic.reset()
         assert dynamic.observation_space.contains(obs)
-        assert obs[-1] == pytest.approx(info["k_cpt"] * K_CPT_SCALE) and info["k_cpt"] in K_CPT_VALUES
+        assert obs[-1] == pytest.approx(router_input(info["k_cpt"])) and info["k_cpt"] in K_CPT_VALUES
 
 
 @pytest.mark.parametrize("k_cpt, kind", [(4e-9, "cross_entropy"), (6.4e-8, "zero_one"), ("dynamic", "cross_entropy")])
@@ -324,9 +324,9 @@ def test_joint_training_defaults_to_every_head_alike_at_the_joint_lr():
     """The env trains its net as the threshold trains its chain: every head weighs 1, lr 0.02;
     the paper's learners keep 0.1, and an lr given explicitly wins for every agent."""
     assert JointTraining().uniform_weight == 1.0 and JointTraining().lr == JOINT_LR == 0.02
-    assert TrainConfig(agent="dqn").resolved_lr == 0.02 and TrainConfig(agent="ppo").resolved_lr == 0.02
-    assert TrainConfig(agent="actor").resolved_lr == 0.1 and TrainConfig(agent="threshold").resolved_lr == 0.1
-    assert TrainConfig(agent="dqn", lr=0.05).resolved_lr == 0.05
+    assert TrainConfig(agent="dqn").options.lr == 0.02 and TrainConfig(agent="ppo").options.lr == 0.02
+    assert TrainConfig(agent="actor").options.lr == 0.1 and TrainConfig(agent="threshold").options.lr == 0.1
+    assert TrainConfig(agent="dqn", lr=0.05).options.lr == 0.05
     assert JointTraining.from_config(TrainConfig(agent="a2c")).lr == 0.02
     assert JointTraining.from_config(TrainConfig(agent="a2c", lr=0.1)).lr == 0.1
 

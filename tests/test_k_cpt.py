@@ -4,7 +4,7 @@ import torch
 
 from helpers import vector_tree
 from routing_rl.core.k_cpt import (
-    K_CPT_SCALE, K_CPT_VALUES, CostModel, KCpt, c_cpt, check_k_cpt, eval_values, expected_c_cpt, router_input,
+    K_CPT_UNIT, K_CPT_VALUES, CostModel, KCpt, c_cpt, check_k_cpt, eval_values, expected_c_cpt, router_input,
 )
 
 
@@ -32,13 +32,19 @@ def test_a_dynamic_k_cpt_samples_the_paper_values_reproducibly():
     episodes = model.sample_numpy(100, np.random.default_rng(0))
     assert set(episodes.tolist()) <= set(K_CPT_VALUES) and len(set(episodes.tolist())) > 4
     assert eval_values("dynamic") == list(K_CPT_VALUES)
-    assert model.observed_high == pytest.approx(max(K_CPT_VALUES) * 1e7)
+    assert model.observed_high == pytest.approx(6.02, abs=0.01)
 
 
-def test_router_input_is_cost_per_ten_million_macs():
-    assert K_CPT_SCALE == 1e7
-    assert router_input(4e-9) == pytest.approx(0.04)
-    assert router_input(torch.tensor([0.0, 6.4e-8])).tolist() == pytest.approx([0.0, 0.64])
+def test_router_input_moves_by_one_per_doubling_of_k_cpt():
+    """Each step of the paper's geometric grid is as far from the next as a unit-scale feature
+    varies, so routers can tell the central values apart (the paper's k_cpt × 1e7 put the five
+    cheapest within 0.08)."""
+    assert K_CPT_UNIT == min(k for k in K_CPT_VALUES if k > 0)
+    grid = router_input(torch.tensor(K_CPT_VALUES, dtype=torch.float64))
+    assert grid[0] == 0.0 and grid[1] == pytest.approx(1.0)
+    assert (grid[2:] - grid[1:-1]).tolist() == pytest.approx([1.0] * 6, abs=0.42)
+    assert router_input(4e-9) == pytest.approx(grid[3].item()), "numbers, arrays and tensors read alike"
+    assert router_input(np.array(K_CPT_VALUES)) == pytest.approx(grid.numpy())
 
 
 def test_the_mac_cost_model_is_the_nets_macs_and_c_cpt_is_k_cpt_times_cost():

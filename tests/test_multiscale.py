@@ -3,6 +3,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from routing_rl.core.k_cpt import router_input
 from routing_rl.nets.multiscale import COLUMN_CHANNELS, Column, build, chain, image_pyramid, max_pool_halve, static, tree
 from routing_rl.nets.router import Router
 
@@ -124,15 +125,15 @@ def test_fresh_routers_score_every_sink_equally():
     assert all(torch.count_nonzero(s) == 0 for s in scores.values())
 
 
-def test_router_reads_k_cpt_in_units_of_ten_million_macs():
+def test_router_reads_k_cpt_in_doublings_of_the_papers_smallest():
     router = Router(4, 2, k_cpt_input=True).eval()
     seen = []
     router.layers[0].register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
     descriptor = torch.rand(3, 4)
-    router(descriptor, 2e-9)
-    router(descriptor, torch.tensor([0.0, 1e-7, 6.4e-8]))
-    torch.testing.assert_close(seen[0], torch.cat([descriptor, torch.full((3, 1), 0.02)], 1))
-    torch.testing.assert_close(seen[1][:, -1], torch.tensor([0.0, 1.0, 0.64]))
+    router(descriptor, 3e-9)
+    router(descriptor, torch.tensor([0.0, 1e-9, 6.3e-8]))
+    torch.testing.assert_close(seen[0], torch.cat([descriptor, torch.full((3, 1), 2.0)], 1))
+    torch.testing.assert_close(seen[1][:, -1], torch.tensor([0.0, 1.0, 6.0]))
 
 
 def test_router_in_eval_mode_computes_what_its_layers_compute():
@@ -147,7 +148,8 @@ def test_router_in_eval_mode_computes_what_its_layers_compute():
     descriptor, k_cpt = torch.randn(5, 4), torch.rand(5) * 1e-7
 
     def layers():
-        return router.layers(torch.cat([descriptor, (k_cpt * 1e7).unsqueeze(1)], 1).to(router.layers[0].weight))
+        weight = router.layers[0].weight
+        return router.layers(torch.cat([descriptor.to(weight), router_input(k_cpt.to(weight)).unsqueeze(1)], 1))
 
     with torch.no_grad():
         torch.testing.assert_close(router(descriptor, k_cpt), layers())

@@ -21,8 +21,9 @@ import torch
 K_CPT_VALUES = (0.0, 1e-9, 2e-9, 4e-9, 8e-9, 1.6e-8, 3.2e-8, 6.4e-8)
 """The paper's costs per MAC; a dynamic-k_cpt net samples one of them per training example."""
 
-K_CPT_SCALE = 1e7
-"""Routers read k_cpt in units of cost per ten million MACs (paper, Section 4.6)."""
+K_CPT_UNIT = 1e-9
+"""The paper's smallest nonzero cost per MAC: routers read k_cpt in doublings of it
+(:func:`router_input`)."""
 
 K_CPT_MAX = 1.0
 """The largest cost per MAC accepted: one MAC then costs as much as a wrong answer (tiny test
@@ -49,9 +50,21 @@ def check_k_cpt(k_cpt) -> float | str:
     return value
 
 
-def router_input(k_cpt: torch.Tensor | np.ndarray | float):
-    """What a router (or an agent's observation) reads of k_cpt: cost per ten million MACs."""
-    return k_cpt * K_CPT_SCALE
+def router_input(k_cpt: torch.Tensor | np.ndarray | float, unit: float | torch.Tensor = K_CPT_UNIT):
+    """What a router (or an agent's observation) reads of k_cpt: ``log2(1 + k_cpt / unit)``,
+    0 at k_cpt 0, 1 at ``unit`` and about one more per doubling (0, 1, 1.58, 2.32, 3.17,
+    4.09, 5.04, 6.02 on the paper's grid).
+
+    The paper appends k_cpt × 1e7 (cost per ten million MACs). That squeezes its geometric
+    grid into [0, 0.64], the five cheapest values within 0.08 of each other, beside hundreds
+    of descriptor features of unit scale: a column's gradient and the weight a router needs
+    to act on it both scale with its spread, so SGD learns to read it as slowly as the square
+    of that spread, and the central values stay indistinguishable. On a log scale every
+    doubling of k_cpt moves the input by one, as much as a descriptor feature varies.
+    """
+    if isinstance(k_cpt, torch.Tensor):
+        return torch.log2(1 + k_cpt / unit)
+    return np.log2(1 + np.asarray(k_cpt, dtype=np.float64) / unit)
 
 
 class KCpt:
@@ -71,7 +84,7 @@ class KCpt:
     @property
     def observed_high(self) -> float:
         """The largest router input a dynamic k_cpt gives."""
-        return router_input(max(self.values))
+        return float(router_input(max(self.values)))
 
     def sample(self, batch_size: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """``(B,)`` k_cpt of each training example; a fixed k_cpt draws nothing from ``generator``."""

@@ -9,8 +9,8 @@ rounds, divided by ``batch_size`` (seconds per example).
 :func:`latency_cost` turns a profile into a :class:`~routing_rl.core.k_cpt.CostModel` in
 **MAC-equivalents**: ``seconds × (full MACs / full seconds)``, the full net's MACs per second
 of the full net's measured time. The whole net then costs as many MAC-equivalents as it has
-MACs, so ``k_cpt`` keeps its meaning and its values (the paper's 0 … 6.4e-8, the routers'
-1e7 scale) while the routers trade error against seconds: a node that is slow for its MACs
+MACs, so ``k_cpt`` keeps its meaning and its values (the paper's 0 … 6.4e-8, as the routers
+read them) while the routers trade error against seconds: a node that is slow for its MACs
 (small convolutions, overhead-bound layers at small batches) costs more than its MACs, a
 fast one less. ``k_cpt`` per second is ``k_cpt × full MACs / full seconds`` (the profile's
 ``mac_equivalents_per_second``).

@@ -7,11 +7,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from routing_rl.core.graph import Node, RoutedNet
-from routing_rl.core.k_cpt import router_input
+from routing_rl.core.k_cpt import K_CPT_UNIT, router_input
 from routing_rl.nets.folding import Foldable, norm_affine, norm_tensors, use_folded
 
 BN_EPS = 1e-6
 BN_MOMENTUM = 0.1  # PyTorch's momentum is 1 - the paper's moving-average decay of 0.9
+K_CPT_UNIT_BUFFER = "k_cpt_unit"
+"""The state entry of a router that reads k_cpt: the unit of :func:`~routing_rl.core.k_cpt.router_input`."""
 
 
 class RouterBatchNorm(nn.BatchNorm1d):
@@ -30,9 +32,12 @@ class RouterBatchNorm(nn.BatchNorm1d):
 class Router(Foldable):
     """Scores the sinks of one junction.
 
-    descriptor ``(B, in_features)`` [+ k_cpt × 1e7] → linear 16 → BN → ReLU → linear 16 →
-    BN → ReLU → linear ``n_sinks``. The last layer starts at zero, so every junction starts
-    indifferent between its sinks.
+    descriptor ``(B, in_features)`` [+ :func:`~routing_rl.core.k_cpt.router_input` of k_cpt]
+    → linear 16 → BN → ReLU → linear 16 → BN → ReLU → linear ``n_sinks``. The last layer
+    starts at zero, so every junction starts indifferent between its sinks. A router that
+    reads k_cpt keeps the unit it reads it in (buffer ``k_cpt_unit``) in its state, so a
+    checkpoint says how its routers read k_cpt, and one written before they read it on a log
+    scale has no such tensor and is refused.
 
     Args:
         in_features: size of the node's descriptor.
@@ -55,6 +60,8 @@ class Router(Foldable):
             nn.ReLU(inplace=True),
             nn.Linear(hidden, n_sinks),
         )
+        if k_cpt_input:
+            self.register_buffer(K_CPT_UNIT_BUFFER, torch.tensor(K_CPT_UNIT, dtype=torch.float64))  # float32 rounds it
         for layer in self.layers:
             if isinstance(layer, nn.Linear):
                 nn.init.xavier_uniform_(layer.weight)
@@ -76,7 +83,7 @@ class Router(Foldable):
             if k_cpt is None:
                 raise ValueError("this router reads k_cpt (built with k_cpt_input=True); pass k_cpt=")
             k_cpt = torch.as_tensor(k_cpt, dtype=descriptor.dtype, device=descriptor.device)
-            column = router_input(k_cpt).expand(descriptor.shape[0]).unsqueeze(1)
+            column = router_input(k_cpt, self.k_cpt_unit).to(descriptor.dtype).expand(descriptor.shape[0]).unsqueeze(1)
             descriptor = torch.cat([descriptor, column], dim=1)
         if not use_folded(self, self.layers):
             return self.layers(descriptor)

@@ -10,7 +10,9 @@ the run lies); :func:`load_checkpoint` given the run's config refuses one of ano
 arch, width, env id or dataset differ), one whose settings disagree with the config (a
 hand-edited ``k_cpt``, ``seed`` or ``iterations``), and one whose training state is not what
 the trainer writes (no sampler, an iteration outside ``0 ... iterations``); given its net, one
-whose tensors have other names or shapes than the net's. Checkpoints written before they
+whose tensors have other names or shapes than the net's, and a dynamic-k_cpt net's whose routers
+read k_cpt on the paper's linear scale (before :func:`~routing_rl.core.k_cpt.router_input` was
+logarithmic: they would misread it). Checkpoints written before they
 carried their identity, or only its first five fields, are checked on what they carry (another
 arch or task is refused by the tensors; another agent of the same arch cannot be told).
 A checkpoint whose net holds NaN or infinite weights is refused: nothing trained or evaluated
@@ -32,6 +34,7 @@ from pathlib import Path
 import torch
 
 from routing_rl.core.files import atomic_write
+from routing_rl.nets.router import K_CPT_UNIT_BUFFER
 from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, before_joint_execution
 
 IDENTITY = ("agent", "arch", "width", "env", "dataset")
@@ -210,6 +213,10 @@ def _check_tensors(path: Path, state: dict, net: torch.nn.Module) -> None:
     shapes = {name: tuple(getattr(tensor, "shape", ("not a tensor",))) for name, tensor in saved.items()}
     expected = {name: tuple(tensor.shape) for name, tensor in net.state_dict().items()}
     for name in sorted(set(shapes) | set(expected)):
+        if name.endswith("." + K_CPT_UNIT_BUFFER) and name not in shapes:
+            raise CheckpointError(f"{path} was trained when routers read a dynamic k_cpt as k_cpt × 1e7, not on "
+                                  "today's log scale, so they would misread every k_cpt; train it again (start the "
+                                  "run again with --overwrite)")
         if shapes.get(name) != expected.get(name):
             there, here = shapes.get(name, "missing"), expected.get(name, "missing")
             raise CheckpointError(f"{path} holds another net than this run's (tensor {name}: {there} there, {here} "
