@@ -46,12 +46,12 @@ from __future__ import annotations
 import torch
 
 from routing_rl.core.paths import Paths
-from routing_rl.agents.base import SGDLearner
+from routing_rl.agents.base import RouterOptions, SGDLearner
 from routing_rl.training.sgd import leaf_correct, leaf_errors, training_policy
 from dataclasses import dataclass
 
 from routing_rl.training.config import TrainConfig
-from routing_rl.training.learners import JOINT_LR, LR, LearnerOptions, LearnerSpec, register_learner
+from routing_rl.training.learners import JOINT_LR, LR, LearnerSpec, register_learner
 from routing_rl.data import Split
 from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel, expected_c_cpt
@@ -63,7 +63,7 @@ class ActorLearner(SGDLearner):
     def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None):
         if not net.junctions:
             raise ValueError("the actor learns routing; its net needs junctions (--arch chain or tree)")
-        if config.resolved_policy != "softmax":
+        if config.options.policy != "softmax":
             raise ValueError("the actor's gradients flow through softmax probabilities; use --policy softmax")
         super().__init__(net, config, device, cost)
         self.policy = training_policy(config)
@@ -78,7 +78,7 @@ class ActorLearner(SGDLearner):
         reach = self.paths.reach(probabilities)
         p_leaf = self.paths.leaves(reach)
         cross_entropy = leaf_errors(self.net, out, batch.labels, error=self.error_cost)
-        head_share = self.config.resolved_head_weight  # each head's CE weight in c_heads
+        head_share = self.config.options.head_weight  # each head's CE weight in c_heads
         if self.config.error_cost == "cross_entropy":
             c_err = (p_leaf * cross_entropy).sum(1).mean()
         else:  # the routers learn the judged error; the heads keep their routed share of CE
@@ -87,15 +87,15 @@ class ActorLearner(SGDLearner):
         c_cpt = expected_c_cpt(p_leaf, k_cpt, self.leaf_cost)
         reach_junction = reach.detach()[:, self.junction_columns]
         decisiveness = torch.stack([out.scores[j].square().sum(1) for j in self.net.junctions], dim=1)
-        c_dec = self.config.k_dec * (reach_junction * decisiveness).sum(1).mean()
-        trained = (reach.detach() + self.config.resolved_head_weight).clamp(max=1.0)  # how much each node learns per image
+        c_dec = self.config.options.k_dec * (reach_junction * decisiveness).sum(1).mean()
+        trained = (reach.detach() + self.config.options.head_weight).clamp(max=1.0)  # how much each node learns per image
         usage = self.batch_mean(trained)
         p_leaf = p_leaf.detach()
         return {
             "c_err": c_err,
             "c_cpt": c_cpt,
             "c_heads": (head_share * cross_entropy).sum(1).mean(),
-            "c_mod": self.sgd.c_mod_of_usage(self.batch_mean(reach)) if self.config.c_mod_routing else self.c_mod(usage),
+            "c_mod": self.sgd.c_mod_of_usage(self.batch_mean(reach)) if self.config.options.c_mod_routing else self.c_mod(usage),
             "c_dec": c_dec,
             "reach": reach,
             "trained": trained,
@@ -106,18 +106,22 @@ class ActorLearner(SGDLearner):
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         # accuracy and MACs in the report are expectations over the training policy's paths
-        heads_apart = self.config.resolved_head_weight or self.config.error_cost != "cross_entropy"
+        heads_apart = self.config.options.head_weight or self.config.error_cost != "cross_entropy"
         names = ("c_err", "c_cpt", "c_heads", "c_mod", "c_dec") if heads_apart else ("c_err", "c_cpt", "c_mod", "c_dec")
         return self.routed_step(self.losses(batch, iteration), names, iteration)
 
 
 @dataclass
-class ActorOptions(LearnerOptions):
-    """The actor's defaults: τ 1 (its softmax starts soft), the learning rate ``JOINT_LR``
-    when c_heads trains every head on every image (``head_weight`` > 0), ``LR`` otherwise."""
+class ActorOptions(RouterOptions):
+    """The actor's options: τ 1 (its softmax starts soft), the learning rate ``JOINT_LR`` when
+    c_heads trains every head on every image (``head_weight`` > 0), ``LR`` otherwise;
+    ``k_dec``, the decisiveness cost's weight; ``c_mod_routing``, c_mod's gradient also
+    reaching the routers (the paper's "regularizing d̂")."""
 
     tau: float | None = 1.0
     lr: float | None = None
+    k_dec: float = 0.01
+    c_mod_routing: bool = False
 
     def __post_init__(self) -> None:
         if self.lr is None:
@@ -125,6 +129,6 @@ class ActorOptions(LearnerOptions):
 
 
 register_learner(LearnerSpec("actor", ActorOptions, policies=("softmax",), builder=ActorLearner,
-                             reads=("head_weight", "error_cost", "c_mod_routing"),
+                             reads=("error_cost",),
                              refuses={"execution": "the actor needs the full tree (exact expectations); "
                                                    "drop --execution=sampled"}))

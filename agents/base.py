@@ -17,6 +17,7 @@ training step, and ``state_dict`` (net, optimiser momentum, the learner's random
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import torch
 
@@ -28,7 +29,21 @@ from routing_rl.core.graph import RoutedNet
 from routing_rl.core.k_cpt import CostModel, KCpt
 from routing_rl.core.seeds import seeded_generator
 from routing_rl.training.distributed import Distributed, synchronise_batch_norm
+from routing_rl.training.learners import LearnerOptions
 from routing_rl.training.sgd import RoutedSGD, SGDOptions, scalars
+
+
+@dataclass
+class RouterOptions(LearnerOptions):
+    """The options of a learner that trains its routers itself under a softmax training policy
+    (the actor, the critics): its temperature τ, halving every ``tau_half_life`` iterations;
+    the routers' learning rate as a multiple of ``lr``; and c_heads' weight, every head's
+    cross-entropy on every image beside c_err."""
+
+    tau: float | None = 0.1
+    tau_half_life: int = 500
+    router_lr_scale: float | None = 1.0
+    head_weight: float | None = 0.0
 
 
 class Learner(ABC):

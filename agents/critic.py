@@ -62,11 +62,11 @@ from dataclasses import dataclass
 import torch
 
 from routing_rl.core.paths import Paths
-from routing_rl.agents.base import SGDLearner
+from routing_rl.agents.base import RouterOptions, SGDLearner
 from routing_rl.training.sgd import leaf_correct, leaf_errors, training_policy
-from routing_rl.training.config import POLICIES, TrainConfig
-from routing_rl.training.learners import JOINT_LR, LR, LearnerOptions, LearnerSpec, register_learner
-from routing_rl.core.costs import guess_cost
+from routing_rl.training.config import EXECUTIONS, POLICIES, TrainConfig
+from routing_rl.training.learners import JOINT_LR, LR, LearnerSpec, register_learner
+from routing_rl.core.costs import ERROR_COSTS, guess_cost
 from routing_rl.data import Split
 from routing_rl.core.execution import RoutedOutput, argmax_decide, route
 from routing_rl.core.graph import FullOutput, RoutedNet
@@ -163,9 +163,9 @@ def _subtree_cost(q: torch.Tensor, scores: torch.Tensor, optimistic: bool) -> to
 class CriticLearner(SGDLearner):
     """Trains a routed net with a pragmatic (default) or optimistic critic.
 
-    ``config.execution`` picks the full tree or sampled decisions;
-    ``config.resolved_policy`` the training routing policy (softmax, eps-greedy, greedy);
-    ``config.score_start`` where the scores start (each router's last bias; its weight is 0).
+    Its options (:class:`CriticOptions`, ``config.options``): ``execution`` picks the full tree
+    or sampled decisions; ``policy`` the training routing policy (softmax, eps-greedy,
+    greedy); ``score_start`` where the scores start (each router's last bias; its weight is 0).
     """
 
     def __init__(self, net: RoutedNet, config: TrainConfig, device: torch.device, cost: CostModel | None = None,
@@ -176,12 +176,13 @@ class CriticLearner(SGDLearner):
         super().__init__(net, config, device, cost)
         self.optimistic = optimistic
         self.policy = training_policy(config)
-        self.execution = config.execution
+        options = config.options
+        self.execution = options.execution
         self.paths = Paths(net)
-        self.utility_error = config.resolved_utility_error
+        self.utility_error = options.utility_error
         self.same_error = self.utility_error == config.error_cost
-        self.side_heads = config.side_heads
-        if config.score_start == "guess":
+        self.side_heads = options.side_heads
+        if options.score_start == "guess":
             for junction in net.junctions:
                 net.nodes[junction].router.start_at(-guess_cost(net.classes, self.utility_error))
 
@@ -206,13 +207,13 @@ class CriticLearner(SGDLearner):
             [(out.scores[j] - targets[j]).square().sum(1) for j in self.net.junctions], dim=1
         )
         reach_junction = reach[:, [self.paths.node_index[j] for j in self.net.junctions]]
-        trained = (reach + self.config.resolved_head_weight).clamp(max=1.0)  # how much each node learns per image
+        trained = (reach + self.config.options.head_weight).clamp(max=1.0)  # how much each node learns per image
         usage = self.batch_mean(trained)
         return {
             "c_err": (p_leaf * errors).sum(1).mean(),
             "c_cpt": expected_c_cpt(p_leaf, k_cpt, self.leaf_cost),
-            "c_heads": self.config.resolved_head_weight * errors.sum(1).mean(),
-            "c_ure": self.config.k_ure * (reach_junction * regression).sum(1).mean(),
+            "c_heads": self.config.options.head_weight * errors.sum(1).mean(),
+            "c_ure": self.config.options.k_ure * (reach_junction * regression).sum(1).mean(),
             "c_mod": self.c_mod(usage),
             "reach": reach,
             "trained": trained,
@@ -256,7 +257,7 @@ class CriticLearner(SGDLearner):
         return {
             "c_err": c_err,
             "c_cpt": c_cpt(k_cpt, self.leaf_cost[routed.leaf]).mean(),
-            "c_ure": self.config.k_ure * torch.stack(squared).sum() / size,
+            "c_ure": self.config.options.k_ure * torch.stack(squared).sum() / size,
             "c_mod": self.c_mod(usage),
             "reach": reach,
             "usage": usage,
@@ -288,10 +289,11 @@ class CriticLearner(SGDLearner):
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         # accuracy and MACs in the report: expectations (full tree) or the sampled paths
-        names = ("c_err", "c_cpt", "c_heads", "c_ure", "c_mod") if self.config.resolved_head_weight else ("c_err", "c_cpt", "c_ure", "c_mod")
+        names = ("c_err", "c_cpt", "c_heads", "c_ure", "c_mod") if self.config.options.head_weight else ("c_err", "c_cpt", "c_ure", "c_mod")
         return self.routed_step(self.losses(batch, iteration), names, iteration)
 
 
+SCORE_STARTS = ("guess", "zero")
 CRITIC_ROUTER_LR_SCALE = 100.0
 """The routers' learning rate over ``lr`` for critics that train every head on every image: a
 critic's router learns only from c_ure, whose weight k_ure (0.001) makes its steps 1,000 times
@@ -300,19 +302,32 @@ smaller than the columns'; at 1 its scores barely leave each sink's mean utility
 
 
 @dataclass
-class CriticOptions(LearnerOptions):
-    """A critic's defaults: on the full tree (``execution`` full) every head learns on every
-    image (``head_weight`` 1), its routers regress the 0/1 error at
+class CriticOptions(RouterOptions):
+    """A critic's options. ``execution``: every node on every image (``full``) or the sampled
+    decisions' paths only. On the full tree every head learns on every image (``head_weight``
+    1), the routers regress the 0/1 error (``utility_error``, c_err inside the utilities) at
     :data:`CRITIC_ROUTER_LR_SCALE` × lr, at ``JOINT_LR``; sampled, the paper's critic (this
-    module's docstring says why)."""
+    module's docstring says why). ``epsilon``: the ε-greedy policy's ε, halving every
+    ``epsilon_half_life`` iterations. ``k_ure``: c_ure's weight. ``score_start``: the paper's zero
+    scores, or ``guess``: minus a uniform guess's error cost. ``side_heads``: sampled, also
+    train every exit head on a junction the path passed (its input is computed)."""
 
     execution: str = "full"
     head_weight: float | None = None
     utility_error: str | None = None
     router_lr_scale: float | None = None
     lr: float | None = None
+    epsilon: float | None = 1.0
+    epsilon_half_life: int = 500
+    k_ure: float = 0.001
+    score_start: str = "zero"
+    side_heads: bool = True
 
     def __post_init__(self) -> None:
+        for name, value, choices in (("execution", self.execution, EXECUTIONS), ("score_start", self.score_start, SCORE_STARTS),
+                                     ("utility_error", self.utility_error, (None, *ERROR_COSTS))):
+            if value not in choices:
+                raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(c for c in choices if c)}")
         if self.head_weight is None:
             self.head_weight = 1.0 if self.execution == "full" else 0.0
         elif self.head_weight and self.execution != "full":
@@ -328,6 +343,6 @@ class CriticOptions(LearnerOptions):
 
 
 for _name, _optimistic in (("pragmatic-critic", False), ("optimistic-critic", True)):
-    register_learner(LearnerSpec(_name, CriticOptions, policies=POLICIES, executions=("full", "sampled"),
+    register_learner(LearnerSpec(_name, CriticOptions, policies=POLICIES,
                                  builder=functools.partial(CriticLearner, optimistic=_optimistic),
-                                 reads=("head_weight",), aliases=("critic",) if not _optimistic else ()))
+                                 aliases=("critic",) if not _optimistic else ()))

@@ -14,7 +14,7 @@ Mapping from :class:`~routing_rl.training.config.TrainConfig`:
 * ``agent`` dqn / ppo / a2c; DQN explores ε-greedily (``--policy eps-greedy``): SB3's linear
   schedule from ε = 1 down to ``epsilon`` over the first ``exploration_fraction`` of the
   budget; PPO and A2C sample their own softmax policy. Exploration does not decide which
-  heads learn: the env's joint training runs on the full tree (``--execution full``; see
+  heads learn: the env's joint training runs on the full tree (``--joint-execution full``; see
   :mod:`~routing_rl.envs.joint`) with every head's cross-entropy weighing 1 on every image
   (``--uniform-weight 1``) at lr 0.02 (``JOINT_LR``): the multi-exit net the confidence
   threshold trains, at the rate its validation chose. Weighing heads by the agent's own paths
@@ -62,6 +62,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import pickle
 import re
 import sys
@@ -98,10 +99,11 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.vec_env import VecMonitor
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from routing_rl.training.config import SB3_AGENTS, SB3_MAX_SEED, TrainConfig
-from routing_rl.training.learners import JOINT_LR, LearnerOptions, LearnerSpec, register_learner
+from routing_rl.training.config import COUNT, EXECUTIONS, KIND_NAMES, NON_NEGATIVE, POSITIVE, TrainConfig, check_range
+from routing_rl.training.learners import JOINT_LR, EnvTraining, LearnerOptions, LearnerSpec, register_learner
 from routing_rl.core.files import atomic_write
 from routing_rl.core.k_cpt import CostModel, eval_values
 from routing_rl.core.seeds import manual_seed
@@ -115,7 +117,37 @@ from routing_rl.core.execution import Decide, Junction
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.multiscale import build
 from routing_rl.nets.seeding import seeded_net
-from routing_rl.training.splits import training_splits
+from routing_rl.training.splits import RunError, training_splits
+
+SB3_AGENTS = ("dqn", "ppo", "a2c")
+"""The learners this module registers."""
+SB3_MAX_SEED = 2**32 - 2
+"""SB3 seeds NumPy's legacy generator (32-bit seeds), the eval env with ``seed + 1``."""
+_SHARE = ((0, True), (1, True), "in [0, 1]")
+SB3_RANGES = {  # SB3 keyword argument: range, as RANGES; SB3 accepts some of these out of range and trains on
+    "learning_rate": POSITIVE, "gamma": _SHARE, "gae_lambda": _SHARE, "ent_coef": NON_NEGATIVE,
+    "vf_coef": NON_NEGATIVE, "max_grad_norm": POSITIVE, "clip_range": POSITIVE, "clip_range_vf": POSITIVE,
+    "target_kl": POSITIVE, "rms_prop_eps": POSITIVE, "tau": ((0, False), (1, True), "in (0, 1]"),
+    "exploration_fraction": _SHARE, "exploration_initial_eps": _SHARE, "exploration_final_eps": _SHARE,
+    "batch_size": COUNT, "buffer_size": COUNT, "n_steps": COUNT, "n_epochs": COUNT, "target_update_interval": COUNT,
+    "stats_window_size": COUNT, "train_freq": COUNT, "learning_starts": ((0, True), (math.inf, False), "an integer >= 0"),
+    "verbose": ((0, True), (2, True), "0, 1 or 2"),
+    "gradient_steps": ((-1, True), (math.inf, False), "a positive integer, or -1 (as many as the env steps taken)"),
+    "sde_sample_freq": ((-1, True), (math.inf, False), "a positive integer, or -1 (only at the start of a rollout)"),
+}
+SB3_INTEGERS = {"batch_size", "buffer_size", "n_steps", "n_epochs", "target_update_interval", "stats_window_size",
+                "train_freq", "learning_starts", "verbose", "gradient_steps", "sde_sample_freq"}
+SB3_NULLABLE = {"clip_range_vf", "target_kl", "policy_kwargs", "replay_buffer_kwargs", "rollout_buffer_kwargs"}
+SB3_FLAGS = {"normalize_advantage", "use_sde", "optimize_memory_usage", "use_rms_prop"}
+SB3_OBJECTS = {"policy_kwargs", "replay_buffer_kwargs", "rollout_buffer_kwargs"}
+SB3_RESERVED = {
+    "device": "set the device with --device, not in --sb3-kwargs",
+    "seed": "set the seed with --seed, not in --sb3-kwargs",
+    "tensorboard_log": "SB3 logs into the run directory already; drop tensorboard_log",
+    "_init_setup_model": "drop _init_setup_model",
+}
+"""SB3 keyword arguments the run sets itself."""
+
 
 SB3_DEFAULTS = {
     "dqn": dict(learning_rate=5e-4, batch_size=256, train_freq=1, exploration_fraction=0.5,
@@ -300,6 +332,8 @@ class RoutingA2C(ResumableRollouts, RoutedNetSaving, A2C):
     """SB3's A2C, whose saved zip also holds the routed net and its feature trainer."""
 
 
+SB3_CLASSES: dict[str, type[BaseAlgorithm]] = {"dqn": DQN, "ppo": PPO, "a2c": A2C}
+"""SB3's own algorithm of each agent: the keyword arguments it takes."""
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"dqn": RoutingDQN, "ppo": RoutingPPO, "a2c": RoutingA2C}
 
 
@@ -472,20 +506,20 @@ def sb3_kwargs(config: TrainConfig, n_envs: int) -> dict:
     ``images / 100`` (64 to 5,000), the target network is copied every ``images / 50`` (64
     to 10,000, at most once per vector step). PPO: rollouts of 16 steps per env, 4 epochs of
     minibatches of a quarter of the rollout, entropy bonus 0.01; A2C: 8 steps, 0.01.
-    ``config.sb3_kwargs`` overrides any of them.
+    ``config.options.sb3_kwargs`` overrides any of them.
     """
     kwargs = dict(SB3_DEFAULTS[config.agent], gamma=1.0)
     images = config.iterations * config.batch_size
     if config.agent == "dqn":
-        kwargs.update(double_q=config.resolved_double_q, exploration_final_eps=config.resolved_epsilon,
+        kwargs.update(double_q=config.options.double_q, exploration_final_eps=config.options.epsilon,
                       gradient_steps=max(1, n_envs // 64),
                       buffer_size=int(np.clip(images // 25, 1_000, 20_000)),
                       learning_starts=int(np.clip(images // 100, 64, 5_000)),
                       target_update_interval=max(n_envs, int(np.clip(images // 50, 64, 10_000))))
     if config.agent == "ppo":
-        n_steps = config.sb3_kwargs.get("n_steps", kwargs["n_steps"])
+        n_steps = config.options.sb3_kwargs.get("n_steps", kwargs["n_steps"])
         kwargs["batch_size"] = max(1, n_steps * n_envs // 4)
-    kwargs.update(config.sb3_kwargs)
+    kwargs.update(config.options.sb3_kwargs)
     return kwargs
 
 
@@ -505,7 +539,8 @@ def check_sb3_kwargs(config: TrainConfig) -> None:
     is built as given only on the meta device (:func:`sb3_policy`), the stand-in's without
     hidden layers, so that a huge ``net_arch`` allocates nothing.
     """
-    if config.agent not in SB3_AGENTS or not config.sb3_kwargs:
+    options = config.options
+    if config.agent not in SB3_AGENTS or not options.sb3_kwargs:
         return
     import warnings
 
@@ -516,20 +551,20 @@ def check_sb3_kwargs(config: TrainConfig) -> None:
         observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
         action_space = gym.spaces.Discrete(2)
 
-    algorithm = {"dqn": DQN, "ppo": PPO, "a2c": A2C}[config.agent]
+    algorithm = SB3_CLASSES[config.agent]
     try:
         with warnings.catch_warnings():  # e.g. PPO's note on batch sizes: about the stand-in's single env
             warnings.simplefilter("ignore")
-            stand_ins = DummyVecEnv([StandIn] * min(config.n_envs, STAND_IN_ENVS))
+            stand_ins = DummyVecEnv([StandIn] * min(options.n_envs, STAND_IN_ENVS))
             sb3_policy(config, StandIn.observation_space, StandIn.action_space)
-            kwargs = copy.deepcopy(sb3_kwargs(config, config.n_envs))
-            kwargs.pop("double_q", None)  # RoutingDQN's own, checked by TrainConfig
+            kwargs = copy.deepcopy(sb3_kwargs(config, options.n_envs))
+            kwargs.pop("double_q", None)  # RoutingDQN's own, checked by its options
             kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": []}
             if "buffer_size" in kwargs:
                 kwargs["buffer_size"] = min(kwargs["buffer_size"], STAND_IN_ROWS)
             algorithm("MlpPolicy", stand_ins, device="cpu", **kwargs)
     except Exception as error:  # SB3's and torch's own checks raise TypeError, ValueError, AssertionError, ...
-        raise ValueError(f"--sb3-kwargs {json.dumps(config.sb3_kwargs)}: SB3's {algorithm.__name__} refuses them "
+        raise ValueError(f"--sb3-kwargs {json.dumps(options.sb3_kwargs)}: SB3's {algorithm.__name__} refuses them "
                          f"({type(error).__name__}: {_first_line(error)})") from None
 
 
@@ -544,25 +579,26 @@ def check_sb3_fits(config: TrainConfig, task: RoutingTask, device: torch.device)
     buffer one per env step, in host memory, which a policy on the CPU shares."""
     from routing_rl.training.footprint import FLOAT_BYTES, SUGGESTION_SHARE, available_bytes, check_fits, training_bytes
 
+    n_envs = config.options.n_envs
     check_fits(config, lambda width: task.make_net(config.arch, width, config.dynamic_k_cpt), device,
-               batch_size=config.n_envs, flag="--n-envs")
+               batch_size=n_envs, flag="--n-envs")
     net = task.make_net(config.arch, config.width, exit_confidence=config.exit_confidence)
     layout = task.observation_layout(net, config.dynamic_k_cpt)
     floats = int(np.prod(layout.observation_space.shape))
-    kwargs = sb3_kwargs(config, config.n_envs)
+    kwargs = sb3_kwargs(config, n_envs)
     policy, trained = sb3_policy(config, layout.observation_space, layout.action_space)
-    batch, batch_name = ((kwargs["n_steps"] * config.n_envs, "n_steps") if config.agent == "a2c"
+    batch, batch_name = ((kwargs["n_steps"] * n_envs, "n_steps") if config.agent == "a2c"
                          else (kwargs["batch_size"], "batch_size"))
     parameters = sum(p.numel() for p in policy.parameters())
     net_arch = kwargs.get("policy_kwargs", {}).get("net_arch", SB3_DEFAULTS[config.agent]["policy_kwargs"]["net_arch"])
     policy_part = (f"policy ({parameters:.3g} parameters, net_arch {json.dumps(net_arch)})",
-                   training_bytes(policy, trained, max(batch, config.n_envs)),
+                   training_bytes(policy, trained, max(batch, n_envs)),
                    lambda room: f"lower net_arch in --sb3-kwargs' policy_kwargs (now {json.dumps(net_arch)}) or "
                                 f"{batch_name} (now {kwargs[batch_name]})")
     if config.agent == "dqn":
         rows, name, per_row = kwargs["buffer_size"], "replay buffer of buffer_size", 2 * floats * FLOAT_BYTES
     else:
-        rows, name, per_row = kwargs["n_steps"] * config.n_envs, "rollout buffer of n_steps × n_envs", floats * FLOAT_BYTES
+        rows, name, per_row = kwargs["n_steps"] * n_envs, "rollout buffer of n_steps × n_envs", floats * FLOAT_BYTES
     buffer_part = (f"{name} = {rows} observations of {floats} floats", rows * per_row,
                    lambda room: f"lower {'buffer_size' if config.agent == 'dqn' else 'n_steps'} in --sb3-kwargs or "
                                 f"--n-envs to at most {room} observations in all")
@@ -587,10 +623,9 @@ def sb3_policy(config: TrainConfig, observation_space, action_space) -> tuple[to
     optimiser steps."""
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
-    kwargs = copy.deepcopy(sb3_kwargs(config, config.n_envs))
+    kwargs = copy.deepcopy(sb3_kwargs(config, config.options.n_envs))
     kwargs.pop("double_q", None)  # RoutingDQN's own
-    model = {"dqn": DQN, "ppo": PPO, "a2c": A2C}[config.agent]("MlpPolicy", None, device="cpu",
-                                                               _init_setup_model=False, **kwargs)
+    model = SB3_CLASSES[config.agent]("MlpPolicy", None, device="cpu", _init_setup_model=False, **kwargs)
 
     class OnMeta(model.policy_class):
         device = property(lambda self: torch.device("meta"))  # SB3 moves each part to the policy's device
@@ -682,14 +717,15 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     run_dir = Path(run_dir)
     manual_seed(config.seed)
     train_part, validation = splits if splits is not None else training_splits(config, task.dataset())[:2]
-    n_envs = config.n_envs
+    options = config.options
+    n_envs = options.n_envs
     # the agent reads k_cpt, not the routers; with exit_confidence its observations carry each exit's confidence
     net = task.make_net(config.arch, config.width, seed=config.seed, device=device, exit_confidence=config.exit_confidence)
     env_kwargs = dict(task=task, net=net, k_cpt=config.k_cpt, error_cost=config.error_cost, clip_actions=True,
                       cost=cost)
     joint = JointTraining.from_config(config)
     env = VecMonitor(RoutingSB3VecEnv(n_envs, seed=config.seed, split=train_part, train=True, joint=joint, **env_kwargs))
-    env.unwrapped.traffic.record_side_exits = config.agent == "dqn" and config.side_heads
+    env.unwrapped.traffic.record_side_exits = config.agent == "dqn" and options.side_heads
     eval_env = VecMonitor(RoutingSB3VecEnv(min(n_envs, len(validation)), seed=config.seed + 1, split=validation,
                                            train=False, **env_kwargs))
     kwargs = sb3_kwargs(config, n_envs)
@@ -766,25 +802,98 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     return SB3Result(model, net, validation_callback.history, k_cpts, task.classes, task.sources, task)
 
 
+def trained_net(run_dir: Path, device: str | torch.device = "cpu") -> RoutedNet:
+    """The net of a finished run in ``run_dir`` (its ``model.zip``); RunError before it has finished."""
+    if not (Path(run_dir) / MODEL_FILE).is_file():
+        raise RunError(f"{run_dir} has no {MODEL_FILE}: the run has not finished")
+    return load_sb3(Path(run_dir) / MODEL_FILE, device=device)[1]
+
+
+def memory_sizes(config: TrainConfig) -> str:
+    """The settings that size an SB3 agent's memory, as an out-of-memory line names them."""
+    options = config.options
+    return (f"--n-envs (now {options.n_envs}), --width (now {config.width}) or the sizes in --sb3-kwargs "
+            f"(buffer_size, batch_size, n_steps, policy_kwargs' net_arch; now {json.dumps(options.sb3_kwargs)})")
+
+
 @dataclass
 class SB3Options(LearnerOptions):
-    """The SB3 agents' defaults: the env's joint training at ``JOINT_LR`` (every head learns
-    on every image); their own settings are :func:`sb3_kwargs`'s, changed by ``--sb3-kwargs``."""
+    """The SB3 agents' options: the env's joint training at ``JOINT_LR`` (every head learns on
+    every image), on the full tree or the agent's paths (``joint_execution``), every head's
+    weight beside the reached one's 1 (``uniform_weight``); ``n_envs`` examples in flight in
+    the vector env; ``sb3_kwargs`` over the settings :func:`sb3_kwargs` chooses for routing.
+    ``algorithm``: the SB3 class whose keyword arguments ``sb3_kwargs`` are."""
 
+    algorithm: ClassVar[str]
     lr: float | None = JOINT_LR
+    joint_execution: str = "full"
+    uniform_weight: float = 1.0
+    n_envs: int = 256
+    sb3_kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.joint_execution not in EXECUTIONS:
+            raise ValueError(f"unknown joint_execution {self.joint_execution!r}; choose one of {', '.join(EXECUTIONS)}")
+        if self.sb3_kwargs:
+            self._check_sb3_kwargs()
+
+    def _check_sb3_kwargs(self) -> None:
+        """Names against the algorithm's signature, the ones the run sets itself
+        (:data:`SB3_RESERVED`), then types and ranges of the common ones (:data:`SB3_RANGES`):
+        SB3 trains on ``batch_size`` 0 or ``gamma`` NaN without a word. What SB3 does check,
+        it checks when the model is built: :func:`check_sb3_kwargs` builds one before the run starts."""
+        import inspect
+
+        algorithm = SB3_CLASSES[self.algorithm]
+        accepted = set(inspect.signature(algorithm.__init__).parameters) - {"self", "policy", "env"}
+        unknown = sorted(set(self.sb3_kwargs) - accepted)
+        if unknown:
+            raise ValueError(f"{self.algorithm.upper()} takes no keyword argument {', '.join(unknown)}; "
+                             f"choose among {', '.join(sorted(accepted - set(SB3_RESERVED)))}")
+        for name, value in self.sb3_kwargs.items():
+            where = f"--sb3-kwargs {name}"
+            if name in SB3_RESERVED:
+                raise ValueError(f"{where}: {SB3_RESERVED[name]}")
+            if value is None and name in SB3_NULLABLE:
+                continue
+            if name in SB3_FLAGS and not isinstance(value, bool):
+                raise ValueError(f"{where} must be true or false, got {value!r}")
+            if name in SB3_OBJECTS and not isinstance(value, dict):
+                raise ValueError(f"{where} must be a JSON object" + (" or null" if name in SB3_NULLABLE else "")
+                                 + f", got {value!r}")
+            if name in SB3_RANGES and not (name == "train_freq" and isinstance(value, list)):  # [n, "step"]: SB3 checks
+                number = int if name in SB3_INTEGERS else (int, float)
+                if isinstance(value, bool) or not isinstance(value, number):
+                    raise ValueError(f"{where} must be {KIND_NAMES[int] if name in SB3_INTEGERS else KIND_NAMES[float]}, "
+                                     f"got {value!r}")
+                check_range(where, value, SB3_RANGES[name])
+                if name == "gradient_steps" and value == 0:
+                    raise ValueError(f"{where} must be {SB3_RANGES[name][2]}, got 0")
 
 
 @dataclass
 class DQNOptions(SB3Options):
-    """DQN's: ε falls to 0.1 (its final rate), and double Q-learning's targets (this module's
-    docstring says why)."""
+    """DQN's: ε falls to 0.1 (its final rate), double Q-learning's targets (this module's
+    docstring says why), and the side exits replayed (``side_heads``)."""
 
+    algorithm: ClassVar[str] = "dqn"
     epsilon: float | None = 0.1
     double_q: bool | None = True
+    side_heads: bool = True
 
 
-SB3_READS = ("error_cost", "sb3_kwargs")  # a 0/1 error is only a reward to them
-register_learner(LearnerSpec("dqn", DQNOptions, policies=("eps-greedy",), max_seed=SB3_MAX_SEED,
-                             reads=(*SB3_READS, "double_q")))
-register_learner(LearnerSpec("ppo", SB3Options, policies=("softmax",), max_seed=SB3_MAX_SEED, reads=SB3_READS))
-register_learner(LearnerSpec("a2c", SB3Options, policies=("softmax",), max_seed=SB3_MAX_SEED, reads=SB3_READS))
+@dataclass
+class PPOOptions(SB3Options):
+    algorithm: ClassVar[str] = "ppo"
+
+
+@dataclass
+class A2COptions(SB3Options):
+    algorithm: ClassVar[str] = "a2c"
+
+
+SB3_TRAINING = EnvTraining(train=train_sb3, load=trained_net, has_checkpoint=lambda run_dir: latest_checkpoint(run_dir) is not None,
+                           check=check_sb3_kwargs, check_fits=check_sb3_fits, sizes=memory_sizes)
+for _options, _policy in ((DQNOptions, "eps-greedy"), (PPOOptions, "softmax"), (A2COptions, "softmax")):
+    register_learner(LearnerSpec(_options.algorithm, _options, policies=(_policy,), env_training=SB3_TRAINING,
+                                 max_seed=SB3_MAX_SEED, reads=("error_cost",)))  # a 0/1 error is only a reward to them

@@ -29,7 +29,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 import routing_rl  # noqa: F401  (registers the ids)
 from routing_rl.app.cli import _int_at_least, _Parser, _positive_int
-from routing_rl.training.config import SB3_MAX_SEED
+from routing_rl.agents.sb3 import SB3_MAX_SEED
 from routing_rl.training.monitor import Progress
 
 HYPERPARAMS = Path(__file__).resolve().parents[1] / "hyperparams"

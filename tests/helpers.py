@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -94,3 +95,13 @@ def run_guide(guide: Path, folder: Path, env: dict) -> list[subprocess.Completed
         assert done.returncode == 0, f"block {number} failed:\n{code}\n{done.stdout}\n{done.stderr}"
         outputs.append(done)
     return outputs
+
+
+def flat_config(config) -> dict:
+    """``config``'s config.json as the code before the learners' options nested wrote it: every
+    option of :data:`~routing_rl.training.config.BEFORE_NESTING` a top-level field."""
+    from routing_rl.training.config import BEFORE_NESTING
+
+    values = json.loads(config.to_json())
+    options = values.pop("learner_options")
+    return {**BEFORE_NESTING, **options, **values}

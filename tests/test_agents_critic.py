@@ -3,7 +3,7 @@ import math
 
 import pytest
 import torch
-from helpers import vector_tree
+from helpers import flat_config, vector_tree
 from torch import nn
 
 from routing_rl.agents.actor import ActorLearner
@@ -242,13 +242,14 @@ def test_eps_greedy_critics_default_to_the_full_tree_and_annealed_exploration_fr
     assert make_config("quick", agent="critic", policy="eps-greedy", execution="sampled").side_heads
     policy = training_policy(config)
     assert policy.value(0) == 1.0 and policy.value(config.epsilon_half_life) == pytest.approx(0.5)
-    assert make_config("quick", agent="optimistic-critic", policy="eps-greedy").resolved_epsilon == 1.0
-    assert make_config("quick", agent="dqn", policy="eps-greedy").resolved_epsilon == 0.1, "DQN's is its final rate"
-    assert make_config("quick", agent="critic", policy="eps-greedy", epsilon=0.2).resolved_epsilon == 0.2
+    assert make_config("quick", agent="optimistic-critic", policy="eps-greedy").options.epsilon == 1.0
+    assert make_config("quick", agent="dqn", policy="eps-greedy").options.epsilon == 0.1, "DQN's is its final rate"
+    assert make_config("quick", agent="critic", policy="eps-greedy", epsilon=0.2).options.epsilon == 0.2
 
 
 def resolved_of(config):
-    return config.resolved_head_weight, config.resolved_lr, config.resolved_utility_error, config.resolved_router_lr_scale
+    options = config.options
+    return options.head_weight, options.lr, options.utility_error, options.router_lr_scale
 
 
 def test_full_tree_critics_train_every_head_at_the_thresholds_rate_and_value_exits_by_the_0_1_error_by_default():
@@ -261,9 +262,11 @@ def test_full_tree_critics_train_every_head_at_the_thresholds_rate_and_value_exi
     assert resolved(agent="critic", head_weight=0.0) == (0.0, 0.1, "cross_entropy", 1.0), "the paper's critic"
     assert resolved(agent="critic", lr=0.05) == (1.0, 0.05, "zero_one", 100.0)
     assert resolved(agent="critic", utility_error="cross_entropy", router_lr_scale=5.0) == (1.0, 0.02, "cross_entropy", 5.0)
-    assert resolved(agent="actor") == (0.0, 0.1, "cross_entropy", 1.0)
-    assert resolved(agent="actor", head_weight=1.0) == (1.0, 0.02, "cross_entropy", 1.0)
-    old = json.loads(make_config("quick", agent="critic").to_json())
+    actor = make_config("quick", agent="actor").options
+    assert (actor.head_weight, actor.lr, actor.router_lr_scale) == (0.0, 0.1, 1.0) and not hasattr(actor, "utility_error")
+    actor = make_config("quick", agent="actor", head_weight=1.0).options
+    assert (actor.head_weight, actor.lr, actor.router_lr_scale) == (1.0, 0.02, 1.0)
+    old = flat_config(make_config("quick", agent="critic"))
     del old["head_weight"]  # a config written before head_weight: heads learned by their routed share, at lr 0.1
     old["utility_error"], old["router_lr_scale"] = "cross_entropy", 1.0  # every config then named both
     migrated = TrainConfig.from_json(json.dumps(old))
@@ -342,7 +345,7 @@ def test_routers_step_at_their_own_learning_rate(agent, scale, resolved):
     for name, p in net.named_parameters():
         if p.grad is None or p.grad.abs().max() == 0:
             continue
-        expected = before[name] - config.resolved_lr * (resolved if name in routers else 1.0) * p.grad
+        expected = before[name] - config.options.lr * (resolved if name in routers else 1.0) * p.grad
         torch.testing.assert_close(p.detach(), expected, msg=name)
         moved += name in routers
     assert moved, "the routers learned"
@@ -351,7 +354,7 @@ def test_routers_step_at_their_own_learning_rate(agent, scale, resolved):
 
 
 def test_configs_saved_while_eps_greedy_critics_sampled_keep_sampling():
-    saved = json.loads(make_config("smoke", agent="critic", policy="eps-greedy").to_json())
+    saved = flat_config(make_config("smoke", agent="critic", policy="eps-greedy"))
     assert TrainConfig.from_json(json.dumps(saved)).execution == "full"
     saved["execution"] = None  # written when None meant the agent's default, and before the full tree was every policy's
     del saved["router_lr_scale"], saved["score_start"]

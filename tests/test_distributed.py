@@ -258,7 +258,7 @@ def test_sb3_agents_refuse_more_than_one_process(monkeypatch, tmp_path, capsys):
         main(["--agent", "ppo", "--preset", "smoke", "--logdir", str(tmp_path)])
     assert stopped.value.code == 2
     message = capsys.readouterr().err.strip()
-    assert "\n" not in message and "train in one process" in message and "--nproc_per_node=1" in message
+    assert "\n" not in message and "ppo trains through the routing env in one process" in message and "--nproc_per_node=1" in message
     assert not dist.is_initialized() and not any(tmp_path.iterdir())
 
 

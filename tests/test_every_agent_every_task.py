@@ -25,7 +25,8 @@ from routing_rl.core.graph import Node, RoutedNet
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs import RoutingTask, register_task
 from routing_rl.nets.router import Router
-from routing_rl.training.config import AGENTS, SB3_AGENTS
+from routing_rl.agents.sb3 import SB3_AGENTS
+from routing_rl.training.config import AGENTS
 from routing_rl.training.evaluate import evaluate
 from routing_rl.training.splits import training_splits
 
@@ -137,9 +138,7 @@ AGENT_RUNS = {
     **{f"{critic}-{policy}-{execution}": ["--agent", critic, "--policy", policy, "--execution", execution]
        for critic in ("pragmatic-critic", "optimistic-critic") for policy, execution in CRITIC_SETTINGS},
     "threshold": [],
-    "dqn": ["--n-envs", "8"],
-    "ppo": ["--n-envs", "8"],
-    "a2c": ["--n-envs", "8"],
+    **{agent: ["--agent", agent, "--n-envs", "8"] for agent in SB3_AGENTS},
 }
 REFUSED = {("plugin-image", "threshold"): "threshold early exit needs a chain"}
 """Combinations of the matrix that cannot make sense, and the refusal's words."""

@@ -35,13 +35,23 @@ def test_every_option_of_the_parser_is_on_the_page_with_its_help():
     assert row(written, "--brand-new")[1] == "switch"
 
 
-def test_a_default_that_depends_on_the_agent_is_given_per_agent(page):
+def test_a_default_that_depends_on_the_agent_is_given_per_agent_that_reads_it(page):
     default = row(page, "--tau")[2]
-    taus = {agent: make_config(DEFAULT_PRESET, agent=agent).resolved_tau for agent in AGENTS}
+    configs = {agent: make_config(DEFAULT_PRESET, agent=agent) for agent in AGENTS}
+    taus = {agent: config.options.tau for agent, config in configs.items() if hasattr(config.options, "tau")}
     assert len(set(taus.values())) > 1, "tau's default no longer depends on the agent: test another flag"
+    assert 0 < len(taus) < len(AGENTS), "every agent or none reads --tau: test another flag"
+    listed = [agent for part in default.split("; ") for agent in part.split(": ")[1].split(", ")]
+    assert sorted(listed) == sorted(taus), default
     for agent, tau in taus.items():
         group = next(part for part in default.split("; ") if agent in part.split(": ")[1].split(", "))
         assert float(group.split(":")[0]) == tau, (agent, default)
+
+
+def test_refused_by_names_the_agents_that_do_not_read_a_learners_option(page):
+    readers = [agent for agent in AGENTS if hasattr(make_config(DEFAULT_PRESET, agent=agent).options, "k_ure")]
+    assert readers == ["pragmatic-critic", "optimistic-critic"]
+    assert row(page, "--k-ure")[3] == ", ".join(agent for agent in AGENTS if agent not in readers)
 
 
 def test_refused_by_names_the_agents_whose_validation_refuses_the_flag(page):

@@ -18,8 +18,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from routing_rl.app.cli import main
 from routing_rl.envs.joint import JointTraining
 from routing_rl.training.checkpoint import PLACE, settings_disagreement
-from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, make_config
-from routing_rl.training.learners import LearnerOptions, LearnerSpec, learner_names, learner_spec, register_learner
+from routing_rl.training.config import BEFORE_NESTING, RESUME_OVERRIDES, TrainConfig, make_config
+from routing_rl.training.learners import EnvTraining, LearnerOptions, LearnerSpec, learner_names, learner_spec, register_learner
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -65,7 +65,7 @@ def test_the_old_execution_flag_of_the_sb3_agents_is_an_alias_with_a_note(capsys
     assert main(["--agent", "dqn", "--preset", "smoke", "--execution", "sampled", "--print-config"]) == 0
     out, err = capsys.readouterr()
     config = json.loads(out)
-    assert (config["execution"], config["joint_execution"]) == ("full", "sampled")
+    assert config["learner_options"] == {"joint_execution": "sampled"}
     assert "--execution for dqn is deprecated: it is now --joint-execution sampled" in err
 
 
@@ -73,7 +73,7 @@ def test_a_config_json_written_before_the_registry_loads_with_the_joint_executio
     saved = json.loads((FIXTURES / BEFORE.format("dqn")).read_text())
     assert saved["execution"] == "sampled" and "joint_execution" not in saved
     config = TrainConfig.from_json(json.dumps(saved)).validate()
-    assert (config.execution, config.joint_execution) == ("full", "sampled")
+    assert config.options.joint_execution == "sampled" and not hasattr(config.options, "execution")
     assert JointTraining.from_config(config).execution == "sampled"
     assert settings_disagreement(flat_identity(saved), config) is None  # its checkpoints' settings agree
     assert "uniform_weight" in settings_disagreement({**flat_identity(saved), "uniform_weight": 0.25}, config)
@@ -139,7 +139,7 @@ def test_a_learner_registered_outside_the_package_trains_through_train_agent(tin
     assert done.returncode == 0, done.stderr
     run_dir = tmp_path / "runs" / "toy"
     config = json.loads((run_dir / "config.json").read_text())
-    assert (config["agent"], config["learner_options"]) == ("toy_learner:toy", {"gain": 0.5})
+    assert (config["agent"], config["learner_options"]) == ("toy_learner:toy", {"gain": 0.5, "tau_half_life": 10})  # the preset's
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     events.Reload()
     assert {event.value for event in events.Scalars("toy/gain")} == {0.5}
@@ -173,8 +173,10 @@ def test_a_learner_option_of_the_wrong_type_is_one_line(tmp_path, monkeypatch):
     assert make_config("smoke", agent="toy_learner_typed:toy", learner_options={"gain": 2}).options.gain == 2
     with pytest.raises(ValueError, match="gain must be a number, got 'strong'"):
         make_config("smoke", agent="toy_learner_typed:toy", learner_options={"gain": "strong"})
-    with pytest.raises(ValueError, match="agent 'actor' has no option gain; drop it from learner_options"):
+    with pytest.raises(ValueError, match="--gain is read by toy; agent 'actor' does not read it: drop it"):
         make_config("smoke", agent="actor", learner_options={"gain": 2.0})
+    with pytest.raises(ValueError, match="agent 'actor' has no option grain; drop it from learner_options"):
+        make_config("smoke", agent="actor", learner_options={"grain": 2.0})
 
 
 def test_an_sb3_run_written_before_joint_execution_resumes(tiny_data, cache, tmp_path):
@@ -187,9 +189,65 @@ def test_an_sb3_run_written_before_joint_execution_resumes(tiny_data, cache, tmp
     run_dir = tmp_path / "dqn"
     (run_dir / "metrics.json").unlink()
     written = json.loads((run_dir / "config.json").read_text())
-    before = {name: value for name, value in written.items() if name not in ("joint_execution", "learner_options")}
-    before["execution"] = "sampled"
+    options = written.pop("learner_options")
+    before = {**BEFORE_NESTING, **written, **options, "execution": "sampled"}
+    del before["joint_execution"]
     assert set(before) == set(json.loads((FIXTURES / BEFORE.format("dqn")).read_text()))  # the fields of then
     (run_dir / "config.json").write_text(json.dumps(before, indent=2, sort_keys=True))
     assert main(["--resume", str(run_dir)]) == 0
     assert (run_dir / "metrics.json").is_file()
+
+
+def test_a_flat_option_of_a_config_written_before_the_nesting_moves_under_learner_options():
+    """A config.json written before the learners' options nested names them at its top level:
+    those its learner declares move into learner_options, the others (which it never read) go."""
+    saved = json.loads((FIXTURES / BEFORE.format("critic")).read_text())
+    saved.update(k_ure=0.01, score_start="guess", k_dec=0.5)  # k_dec: the actor's, which a critic never read
+    config = TrainConfig.from_json(json.dumps(saved)).validate()
+    options = config.options
+    assert (options.k_ure, options.score_start, options.execution, options.policy) == (0.01, "guess", "sampled", "eps-greedy")
+    written = json.loads(config.to_json())
+    assert written["learner_options"]["k_ure"] == 0.01 and not {"k_ure", "k_dec", "execution"} & set(written)
+    assert "k_dec" not in written["learner_options"] and not hasattr(options, "k_dec")
+    assert TrainConfig.from_json(config.to_json()) == config, "written nested, it reads back the same"
+
+
+@pytest.mark.parametrize("agent, flag, value, words", [
+    ("static", "tau", 0.5, "--tau is read by actor, pragmatic-critic, optimistic-critic; agent 'static' does not read it"),
+    ("actor", "k_ure", 0.1, "--k-ure is read by pragmatic-critic, optimistic-critic; agent 'actor' does not read it"),
+    ("ppo", "side_heads", False, "--side-heads is read by pragmatic-critic, optimistic-critic, dqn; agent 'ppo' does not"),
+])
+def test_a_learner_refuses_an_option_it_does_not_read(agent, flag, value, words):
+    """Once silently ignored: a learner's options say what it reads, and anything else is one line."""
+    with pytest.raises(ValueError, match=words):
+        make_config("smoke", agent=agent, arch="static-2" if agent == "static" else "chain", **{flag: value})
+
+
+def test_a_learner_that_trains_through_the_env_is_run_by_its_spec(tiny_data, cache, tmp_path, monkeypatch):
+    """The run asks the learner's spec, not a list of names: a learner of another package that
+    trains through the env is checked, sized, trained, resumed and loaded by its EnvTraining."""
+    from routing_rl.app import runs
+    from routing_rl.training import learners
+
+    monkeypatch.setattr(learners, "_REGISTRY", dict(learners._REGISTRY))  # it leaves with the test
+    calls = []
+
+    class Trained(Exception):
+        pass
+
+    def train(config, task, run_dir, device, **kwargs):
+        calls.append("train")
+        raise Trained
+
+    hooks = EnvTraining(train=train, load=lambda run_dir, device: calls.append("load") or torch.nn.Linear(1, 1),
+                        has_checkpoint=lambda run_dir: calls.append("has_checkpoint") or True,
+                        check=lambda config: calls.append("check"),
+                        check_fits=lambda config, task, device: calls.append("check_fits"), sizes=lambda config: "")
+    register_learner(LearnerSpec("through-env", policies=("softmax",), env_training=hooks))
+    config = make_config("smoke", agent="through-env", data_dir=str(tiny_data), download=False, validation_fraction=0.4,
+                         logdir=str(tmp_path), run_name="run")
+    with pytest.raises(Trained):
+        runs.train(config)
+    assert runs.has_checkpoint(tmp_path / "run", config)
+    runs.load_run(tmp_path / "run")
+    assert calls == ["check", "check_fits", "train", "has_checkpoint", "check", "load"]

@@ -119,8 +119,8 @@ def test_figures_share_their_runs_and_a_dry_run_trains_nothing(tmp_path, capsys)
 def test_the_papers_critics_learn_heads_by_their_routed_share_at_lr_0_1(tmp_path):
     planned = reproduce.plan_runs([reproduce.figures()["hybrid"]], "smoke", [0], [4e-9], [], {}, tmp_path, {})
     critics = [config for _, config in planned["hybrid"] if config.agent.endswith("critic")]
-    assert critics and all((c.resolved_head_weight, c.resolved_lr) == (0.0, 0.1) for c in critics)
-    assert {(c.resolved_utility_error, c.resolved_router_lr_scale) for c in critics} == {("cross_entropy", 1.0)}, \
+    assert critics and all((c.options.head_weight, c.options.lr) == (0.0, 0.1) for c in critics)
+    assert {(c.options.utility_error, c.options.router_lr_scale) for c in critics} == {("cross_entropy", 1.0)}, \
         "the paper's critics value exits in nats, their routers at the columns' rate"
 
 

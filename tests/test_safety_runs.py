@@ -22,6 +22,8 @@ from routing_rl.app.cli import main
 from routing_rl.core.files import TEMPORARY_SUFFIX
 from routing_rl.training.checkpoint import CheckpointError
 from routing_rl.training.config import TrainConfig
+
+from helpers import flat_config
 from routing_rl.app.sweep import config_differences, run_sweep, select_static_lr, sweep_configs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,9 +97,9 @@ def finished(finished_logdir, tmp_path, capsys):
     [
         (["--k-cpt", "1e30"], "k_cpt must be at most 1 per MAC"),
         (["--lr", "inf"], "lr must be a finite number > 0, got inf"),
-        (["--k-dec", "nan"], "k_dec must be a finite number >= 0, got nan"),
+        (["--agent", "actor", "--arch", "chain", "--k-dec", "nan"], "k_dec must be a finite number >= 0, got nan"),
         (["--momentum", "-1"], r"momentum must be in [0, 1), got -1"),
-        (["--tau", "0"], "tau must be a finite number > 0, got 0"),
+        (["--agent", "actor", "--arch", "chain", "--tau", "0"], "tau must be a finite number > 0, got 0"),
         (["--probability-floor", "2"], "probability_floor must be in (0, 1)"),
         (["--width", "10000"], "out of memory: --arch static-1 --width 10000"),
         (["--batch-size", "100000000"], "lower --batch-size to at most"),
@@ -324,12 +326,13 @@ def test_a_critic_saved_under_an_earlier_default_is_another_run_and_its_own_valu
     """Saved configs name the utility's error and the routers' rate (their defaults became None
     on 2026-11-28): a critic saved under the earlier default is refused by name, one that
     spelled out today's values is the same run."""
-    earlier = TrainConfig(agent="pragmatic-critic", utility_error="cross_entropy", router_lr_scale=1.0)
+    earlier = TrainConfig(agent="pragmatic-critic", learner_options=dict(utility_error="cross_entropy", router_lr_scale=1.0))
     assert config_differences(earlier, TrainConfig(agent="pragmatic-critic")) == [
         "router_lr_scale 1.0 (saved) vs 100.0 (asked)", "utility_error 'cross_entropy' (saved) vs 'zero_one' (asked)"]
-    spelled = TrainConfig(agent="pragmatic-critic", utility_error="zero_one", router_lr_scale=100.0, lr=0.02, head_weight=1.0)
+    spelled = TrainConfig(agent="pragmatic-critic", lr=0.02,
+                          learner_options=dict(utility_error="zero_one", router_lr_scale=100.0, head_weight=1.0))
     assert config_differences(spelled, TrainConfig(agent="pragmatic-critic")) == []
-    assert config_differences(earlier, TrainConfig(agent="pragmatic-critic", head_weight=0.0)) == [
+    assert config_differences(earlier, TrainConfig(agent="pragmatic-critic", learner_options=dict(head_weight=0.0))) == [
         "lr 0.02 (saved) vs 0.1 (asked)", "head_weight 1.0 (saved) vs 0.0 (asked)"]
 
 
@@ -337,22 +340,25 @@ def test_dqn_saved_before_double_q_keeps_its_one_step_targets_and_is_another_run
     """double_q became DQN's default on 2026-11-28: a DQN config written before it has no such
     key and trained on one-step max targets, so it reads back as False and a sweep under the
     new default refuses it by name; the other agents never read it."""
-    old = json.loads(TrainConfig(agent="dqn").to_json())
+    old = flat_config(TrainConfig(agent="dqn"))
     del old["double_q"]
     earlier = TrainConfig.from_json(json.dumps(old))
-    assert not earlier.resolved_double_q and TrainConfig(agent="dqn").resolved_double_q
+    assert not earlier.options.double_q and TrainConfig(agent="dqn").options.double_q
     assert config_differences(earlier, TrainConfig(agent="dqn")) == ["double_q False (saved) vs True (asked)"]
-    assert not TrainConfig(agent="ppo").resolved_double_q
-    old_actor = json.loads(TrainConfig(agent="actor").to_json())
+    assert not hasattr(TrainConfig(agent="ppo").options, "double_q")
+    old_actor = flat_config(TrainConfig(agent="actor"))
     del old_actor["double_q"]
     assert config_differences(TrainConfig.from_json(json.dumps(old_actor)), TrainConfig(agent="actor")) == []
 
 
 def test_the_joint_training_weight_tells_runs_apart_only_for_the_agents_that_read_it():
     """uniform_weight's default moved from 0.25 to 1.0 with the task suite; only the SB3
-    agents' env reads it, so the paper's learners saved under 0.25 are the same runs."""
-    assert config_differences(TrainConfig(agent="actor", uniform_weight=0.25), TrainConfig(agent="actor")) == []
-    assert config_differences(TrainConfig(agent="dqn", uniform_weight=0.25), TrainConfig(agent="dqn")) == [
+    agents' env reads it, so the paper's learners saved under 0.25 (when every config named it)
+    are the same runs."""
+    saved = TrainConfig.from_json(json.dumps({**flat_config(TrainConfig(agent="actor")), "uniform_weight": 0.25}))
+    assert config_differences(saved, TrainConfig(agent="actor")) == []
+    saved = TrainConfig(agent="dqn", learner_options=dict(uniform_weight=0.25))
+    assert config_differences(saved, TrainConfig(agent="dqn")) == [
         "uniform_weight 0.25 (saved) vs 1.0 (asked)"]
 
 
@@ -444,7 +450,8 @@ def test_a_checkpoint_with_nan_weights_is_never_resumed_or_evaluated(finished, c
 def test_a_config_edited_by_hand_is_refused_by_its_checkpoint(field, value, finished, capsys):
     path = resumable(finished) / "config.json"
     config = json.loads(path.read_text())
-    saved, config[field] = config[field], value
+    saved = TrainConfig.from_json(path.read_text()).resolved_values()[field]  # as trained: lr None is the learner's
+    config[field] = value
     path.write_text(json.dumps(config))
     err = refused(["--resume", str(finished)], capsys)
     assert f"{field} {saved!r} (the config: {value!r})" in err and "restore those values in config.json" in err

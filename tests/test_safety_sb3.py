@@ -247,7 +247,7 @@ def test_running_out_of_memory_while_an_sb3_agent_trains_names_its_settings(tiny
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried "
                            "to allocate 6585600000 bytes. Error code 12 (Cannot allocate memory)")
 
-    monkeypatch.setattr("routing_rl.agents.sb3.train_sb3", allocate)
+    monkeypatch.setattr("routing_rl.agents.sb3.RoutingSB3VecEnv", allocate)  # train_sb3 makes its env first
     err = refused(args(tiny_data, tmp_path, "run", "--n-envs", "8", agent="dqn"), capsys)
     assert err.endswith("lower --n-envs (now 8), --width (now 1) or the sizes in --sb3-kwargs (buffer_size, batch_size, "
                         "n_steps, policy_kwargs' net_arch; now {}), then start again with --overwrite"), err

@@ -176,7 +176,7 @@ def test_a_late_softmax_policy_gives_probabilities_not_nan():
 def test_a_run_resumed_long_after_its_schedules_ran_out_trains_finitely(agent, policy):
     from routing_rl.agents.registry import make_learner
 
-    config = make_config("smoke", agent=agent, policy=policy, tau_half_life=10, lr_half_life=10, epsilon_half_life=10)
+    config = make_config("smoke", agent=agent, policy=policy)  # smoke: lr, τ and ε halve every 10 iterations
     learner = make_learner(config, 3, torch.device("cpu"))
     generator = torch.Generator().manual_seed(0)
     batch = Split(torch.rand(8, 3, 32, 32, generator=generator), torch.arange(8) % 3, torch.zeros(8, dtype=torch.long))

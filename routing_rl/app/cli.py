@@ -1,10 +1,9 @@
 """The command line of ``experiments/train_agent.py``: flags → TrainConfig → a run.
 
 Every :class:`~routing_rl.training.config.TrainConfig` field is a flag (``k_cpt`` → ``--k-cpt``),
-and so is every option a registered learner declares that the config has no field for
-(:mod:`routing_rl.training.learners`; ``--agent module:name`` imports a learner of another
-package first, so that its options are flags too); flags left out take the preset's value,
-then the default. A user mistake ends with one line naming the problem and exit status 2,
+and so is every option a registered learner declares (:mod:`routing_rl.training.learners`;
+``--agent module:name`` imports a learner of another package first, so that its options are
+flags too); flags left out take the preset's value, then the default. A user mistake ends with one line naming the problem and exit status 2,
 never a traceback.
 """
 
@@ -20,6 +19,7 @@ import typing
 
 from routing_rl.training.config import (
     AGENTS,
+    COMMON,
     DEFAULT_PRESET,
     EXECUTIONS,
     POLICIES,
@@ -30,7 +30,7 @@ from routing_rl.training.config import (
 )
 from routing_rl.data import DATASETS, DataNotFoundError
 from routing_rl.training.interrupt import Interrupted, handling_signals, stop_requested
-from routing_rl.training.learners import learner_names, learner_spec
+from routing_rl.training.learners import learner_names, learner_spec, option_readers
 
 def agent_names() -> tuple[str, ...]:
     """Every registered learner, the package's first in the order its reports list them."""
@@ -67,7 +67,7 @@ HELP = {
     "k_dec": "cost of decisiveness (actor): k_dec * |s_j|^2 per junction",
     "k_ure": "utility regression error weight (critics)",
     "router_lr_scale": "the routers' learning rate as a multiple of --lr (a critic's routers learn only the "
-                       "k_ure-weighted regression, so at 1 their scores move slowly: agents/critic.py); default 100 for "
+                       "k_ure-weighted regression, so at 1 their scores move slowly: agents/critic.py); default: 100 for "
                        "critics that train every head (--head-weight > 0), 1 otherwise",
     "score_start": "critics: where the router scores start: zero (the paper's zero-initialised last layer: every "
                    "unobserved sink looks free) or guess (minus a uniform guess's error cost, ln(classes) nats)",
@@ -94,10 +94,10 @@ HELP = {
     "head_weight": "actor, full-tree critics: every head's cross-entropy on every image, times this, is added to c_err, so "
                    "heads learn whatever the policy does (1: with c_err, the threshold's all-heads loss plus the routed "
                    "share; the actor may then take --error-cost zero_one, its routers learning the 0/1 error); 0: the "
-                   "paper's; default 1 for critics on the full tree, 0 otherwise; above 0 the default --lr is 0.02",
+                   "paper's; default: 1 for critics on the full tree, 0 otherwise; above 0 the default --lr is 0.02",
     "error_cost": "c_err: cross_entropy or zero_one",
     "utility_error": "c_err inside critic utilities: cross_entropy or zero_one (the paper's variant, the judge's error); "
-                     "default zero_one for critics that train every head (--head-weight > 0), cross_entropy otherwise",
+                     "default: zero_one for critics that train every head (--head-weight > 0), cross_entropy otherwise",
     "probability_floor": "smallest routing probability of any sink during training",
     "validation_fraction": "share of the training split held out for validation",
     "validation_mix": "composition of the validation part: test (the test split's, by source and class, so that "
@@ -183,38 +183,36 @@ def _converter(name: str, hint, default):
 
 
 def learner_option_fields() -> dict[str, tuple[dataclasses.Field, type]]:
-    """Each registered learner's options that the config has no field for (name → field and
-    its options class): flags of their own, kept in the config's ``learner_options``."""
-    common = {field.name for field in dataclasses.fields(TrainConfig)}
+    """Each registered learner's options that the config has no field for (name → the field
+    and the options class that first declares it): flags kept in the config's ``learner_options``."""
     own = {}
     for name in learner_names():
         options = learner_spec(name).options
         for field in dataclasses.fields(options):
-            if field.name not in common:
+            if field.name not in COMMON:
                 own.setdefault(field.name, (field, options))
     return own
+
+
+def _default(field: dataclasses.Field):
+    return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
 
 
 def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="Train a routed network with any learner on any routing env.")
     defaults = TrainConfig()
     hints = typing.get_type_hints(TrainConfig)
-    for field in dataclasses.fields(TrainConfig):
-        if field.name == "learner_options":  # filled from the learners' own flags below
-            continue
-        flag = "--" + field.name.replace("_", "-")
-        default = getattr(defaults, field.name)
+    settings = [(field, hints[field.name], getattr(defaults, field.name)) for field in dataclasses.fields(TrainConfig)
+                if field.name != "learner_options"]  # filled from the learners' options, which follow
+    settings += [(field, typing.get_type_hints(options)[name], _default(field))
+                 for name, (field, options) in learner_option_fields().items()]
+    for field, hint, default in settings:
         in_presets = any(field.name in values for values in PRESET_VALUES.values())
         shown = "set by --preset" if in_presets else default
-        text = HELP[field.name] if "default:" in HELP[field.name] else f"{HELP[field.name]} (default: {shown})"
-        parser.add_argument(flag, type=_converter(field.name, hints[field.name], default), default=None,
+        text = HELP.get(field.name) or f"{', '.join(option_readers(field.name))}: {field.metadata.get('help', '')}"
+        text = text if "default:" in text else f"{text} (default: {shown})"
+        parser.add_argument("--" + field.name.replace("_", "-"), type=_converter(field.name, hint, default), default=None,
                             metavar=field.name.upper(), help=text)
-    for name, (field, options) in learner_option_fields().items():
-        readers = ", ".join(agent for agent in learner_names() if learner_spec(agent).options is options)
-        help_text = field.metadata.get("help", "")
-        parser.add_argument("--" + name.replace("_", "-"), type=_converter(name, typing.get_type_hints(options)[name],
-                            field.default), default=None, metavar=name.upper(),
-                            help=f"{readers}: {help_text} (default: {field.default})")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory of the same name")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
@@ -222,6 +220,11 @@ def build_parser(prog: str = "train_agent.py") -> argparse.ArgumentParser:
     parser.add_argument("--verbose", action="store_true", help="when a plug-in task's code fails, also print its trace; when "
                         "no data is found, also list every place looked at and the accepted layouts")
     return parser
+
+
+def given_options(args: argparse.Namespace) -> dict:
+    """The learners' options the flags give, by name."""
+    return {name: getattr(args, name) for name in learner_option_fields() if getattr(args, name) is not None}
 
 
 _TASK_IN_USE: list = []
@@ -233,15 +236,14 @@ def config_from_args(args: argparse.Namespace, note=None) -> TrainConfig:
     """The config the flags ask for: flags, then the settings the env is registered with
     (k_cpt, error cost, arch, ...), then the preset's and the defaults. ``note(line)`` is told
     of every flag that overrides a registered setting."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name != "learner_options"}
-    values["learner_options"] = {name: getattr(args, name) for name in learner_option_fields()
-                                 if getattr(args, name) is not None}
+    values = {name: getattr(args, name) for name in COMMON}
+    options = values["learner_options"] = given_options(args)
     preset = values.pop("preset") or DEFAULT_PRESET
-    if values["execution"] is not None and values["joint_execution"] is None and \
+    if "execution" in options and "joint_execution" not in options and \
             learner_spec(values["agent"] or TrainConfig.agent).trains_through_env:
-        values["joint_execution"], values["execution"] = values["execution"], None
+        options["joint_execution"] = options.pop("execution")
         if note is not None:
-            note(f"--execution for {values['agent']} is deprecated: it is now --joint-execution {values['joint_execution']}")
+            note(f"--execution for {values['agent']} is deprecated: it is now --joint-execution {options['joint_execution']}")
     from routing_rl.app.runs import task_for, with_registered_settings
 
     task = task_for({**PRESET_VALUES[preset], **{k: v for k, v in values.items() if v is not None}})
@@ -318,10 +320,10 @@ def _main(argv: list[str] | None, prog: str) -> int:
     if args.print_config and config is not None:
         print(config.to_json())
         return 0
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name != "learner_options"}
-    given = {name: value for name, value in given.items() if value is not None}
+    given = {name: getattr(args, name) for name in COMMON if getattr(args, name) is not None}
     try:
-        metrics = train(resume=args.resume, overrides=given) if args.resume else train(config, overwrite=args.overwrite)
+        metrics = (train(resume=args.resume, overrides={**given, **given_options(args)}) if args.resume
+                   else train(config, overwrite=args.overwrite))
     except (RunError, DataNotFoundError, TaskError) as error:
         parser.exit(2, refusal(prog, error, args.verbose))
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for every process

@@ -32,7 +32,7 @@ from routing_rl.app.plots import (accuracy_macs_figure, layout, mix_legend, mixe
 from routing_rl.app.report import STATIC_SERIES, markdown_report
 from routing_rl.app.runs import METRICS_FILE
 from routing_rl.core.files import folder_problem, read_json
-from routing_rl.training.config import AGENT_ALIASES
+from routing_rl.training.learners import canonical_name
 
 SERIES = {
     "static": STATIC_SERIES,
@@ -232,7 +232,7 @@ def check_out_folder(out_dir: Path, flag: str = "--out") -> None:
 
 
 def series_name(run: dict) -> str:
-    agent = AGENT_ALIASES.get(run["agent"], run["agent"])  # runs written before the rename say "critic"
+    agent = canonical_name(run["agent"])  # runs written before the rename say "critic"
     name = SERIES.get(agent, agent)
     if run["k_cpt"] == "dynamic":
         name += ", dynamic k_cpt"

@@ -4,10 +4,10 @@
 regenerates it and fails while the page differs. Every option of
 :func:`routing_rl.app.cli.build_parser` is listed in the parser's order with what it takes, its
 default, the agents that refuse it and its help text. Where the default depends on the agent
-(a field left ``None`` that each learner's options resolve, :mod:`routing_rl.training.learners`),
-the page gives each registered agent's value as
-:func:`~routing_rl.training.config.make_config` resolves it; which agents refuse a flag is found
-the same way, by validating a value other than the default for every agent. Nothing is typed in
+(a learner's option, or a field left ``None`` that its options resolve,
+:mod:`routing_rl.training.learners`), the page gives the value of each registered agent that
+reads it as :func:`~routing_rl.training.config.make_config` resolves it; which agents refuse a
+flag is found the same way, by validating a value other than the default for every agent. Nothing is typed in
 twice, so a flag or default added to the config reaches the page when it is regenerated, and the
 output depends on nothing but the code (no time, no machine).
 """
@@ -20,21 +20,22 @@ import re
 import sys
 import typing
 
-from routing_rl.app.cli import agent_names, build_parser
+from routing_rl.app.cli import agent_names, build_parser, learner_option_fields
 from routing_rl.core.costs import ERROR_COSTS
 from routing_rl.core.k_cpt import COSTS, DYNAMIC
 from routing_rl.data import DATASETS
 from routing_rl.data.containers import VALIDATION_MIXES
 from routing_rl.nets.multiscale import arch_names
 from routing_rl.training import config as cfg
-from routing_rl.training.config import DEFAULT_PRESET, PRESET_VALUES, TrainConfig, make_config
+from routing_rl.agents.critic import SCORE_STARTS
+from routing_rl.training.config import COMMON, DEFAULT_PRESET, PRESET_VALUES, TrainConfig, make_config
 
 REGENERATE = "python -m routing_rl.app.flags > docs/flags.md"
 AGENTS = agent_names()
 CHOICES = {
     "agent": AGENTS, "policy": cfg.POLICIES, "preset": cfg.PRESETS, "execution": cfg.EXECUTIONS,
     "joint_execution": cfg.EXECUTIONS, "cost": COSTS,
-    "error_cost": ERROR_COSTS, "utility_error": ERROR_COSTS, "score_start": cfg.SCORE_STARTS,
+    "error_cost": ERROR_COSTS, "utility_error": ERROR_COSTS, "score_start": SCORE_STARTS,
     "validation_mix": VALIDATION_MIXES, "dataset": DATASETS, "arch": tuple(arch_names()),
 }
 """The values a text flag takes, where the config names them."""
@@ -43,8 +44,18 @@ OTHER_VALUES = {"k_cpt": (DYNAMIC, 1.6e-8), "sb3_kwargs": ({"verbose": 0},), "de
 """Values other than the default, for flags whose kind alone does not give one that validates."""
 
 
+def _settings() -> dict[str, tuple[dataclasses.Field, object]]:
+    """Every flag that sets the config, by name: its field (the config's, or the options' class
+    that first declares it) and its type hint."""
+    hints = typing.get_type_hints(TrainConfig)
+    settings = {field.name: (field, hints[field.name]) for field in dataclasses.fields(TrainConfig) if field.name in COMMON}
+    for name, (field, options) in learner_option_fields().items():
+        settings[name] = (field, typing.get_type_hints(options)[name])
+    return settings
+
+
 def _kind(field: dataclasses.Field) -> type:
-    hint = typing.get_type_hints(TrainConfig)[field.name]
+    hint = _settings()[field.name][1]
     kinds = [k for k in typing.get_args(hint) or (hint,) if k is not type(None)]
     return typing.get_origin(kinds[0]) or kinds[0]
 
@@ -82,11 +93,12 @@ def _others(field: dataclasses.Field, default) -> list:
 
 
 def _refused_by(field: dataclasses.Field, configs: dict[str, TrainConfig]) -> list[str]:
-    """The agents for which no value but the default validates (empty where every agent takes
-    one, or none does: a flag that needs another flag, such as --latency-batch, is refused alone)."""
+    """The agents for which no value but the default validates, and those that do not read the
+    flag (empty where every agent takes a value, or none does: a flag that needs another flag,
+    such as --latency-batch, is refused alone)."""
     refusing = []
     for agent, config in configs.items():
-        default = config.resolved_values()[field.name]
+        default = config.resolved_values().get(field.name)
         accepted = False
         for value in _others(field, default):
             values = {"agent": agent, field.name: value}
@@ -104,11 +116,12 @@ def _refused_by(field: dataclasses.Field, configs: dict[str, TrainConfig]) -> li
 def _default(field: dataclasses.Field, configs: dict[str, TrainConfig]) -> str:
     if any(field.name in values for values in PRESET_VALUES.values()):
         return f"set by `--preset` ({DEFAULT_PRESET}: {_shown(PRESET_VALUES[DEFAULT_PRESET].get(field.name))})"
-    if getattr(TrainConfig(), field.name) is not None:  # only a field left None is resolved per agent
+    if field.name in COMMON and getattr(TrainConfig(), field.name) is not None:  # a field left None is the learner's
         return _shown(getattr(TrainConfig(), field.name))
     by_value: dict[str, list[str]] = {}
     for agent, config in configs.items():
-        by_value.setdefault(_shown(config.resolved_values()[field.name]), []).append(agent)
+        if field.name in config.resolved_values():
+            by_value.setdefault(_shown(config.resolved_values()[field.name]), []).append(agent)
     if len(by_value) == 1:
         return next(iter(by_value))
     return "; ".join(f"{value}: {', '.join(agents)}" for value, agents in by_value.items())
@@ -133,7 +146,7 @@ def _cell(text: str) -> str:
 def markdown(parser: argparse.ArgumentParser | None = None) -> str:
     """The page: every option of ``parser`` (default: the command line's), then the presets."""
     parser = parser or build_parser()
-    fields = {field.name: field for field in dataclasses.fields(TrainConfig)}
+    fields = {name: field for name, (field, _) in _settings().items()}
     configs = _configs()
     rows = []
     for action in parser._actions:
@@ -154,10 +167,11 @@ def markdown(parser: argparse.ArgumentParser | None = None) -> str:
         f"Every flag of `experiments/train_agent.py` (and `python -m routing_rl.app.cli`), generated from its",
         f"parser by `{REGENERATE}`; `--help` prints the same help text.",
         "A flag left out takes the preset's value, then its default. Where the default depends on the",
-        "agent, each agent's value is given as the config resolves it (an agent that does not read the",
-        "flag has one too); `—`: none, the help says what is used instead. *Refused by*: the agents",
-        "that stop with one line and exit status 2 when the flag is given any value but their default;",
-        "the help text names the agents that read a flag.",
+        "agent, the value of each agent that reads the flag is given as the config resolves it; `—`:",
+        "none, the help says what is used instead. *Refused by*: the agents that stop with one line and",
+        "exit status 2 when the flag is given: any value, where the agent does not read the flag (a",
+        "learner's option it does not have), else any value but its default; the help text names the",
+        "agents that read a flag.",
         "",
         "| flag | takes | default | refused by | what it does |",
         "| --- | --- | --- | --- | --- |",

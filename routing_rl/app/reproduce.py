@@ -102,10 +102,9 @@ class Series:
     def folder(self) -> str:
         """The logdir folder: the base and the settings that are not the defaults (the arch
         is in the run name already)."""
-        defaults = TrainConfig()
         name = self.base
-        for key, value in sorted(self.settings.items()):
-            if key not in ("dataset", "width", "arch") and value != getattr(defaults, key):
+        for key, value in sorted(self.settings.items()):  # a learner's option against its default before the nesting
+            if key not in ("dataset", "width", "arch") and value != getattr(TrainConfig, key):
                 name += f"-{key.replace('_', '')}{value if not isinstance(value, bool) else ('on' if value else 'off')}"
         return name + self.tag
 

@@ -46,9 +46,10 @@ from routing_rl.core.k_cpt import check_k_cpt
 from routing_rl.core.lock import FolderLock, LockedError, describe, live_owner
 from routing_rl.core.seeds import manual_seed
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from routing_rl.training.config import AGENT_ALIASES, RESUME_OVERRIDES, SB3_AGENTS, TrainConfig
+from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig
 from routing_rl.training.footprint import check_fits
 from routing_rl.training.guard import NonFiniteLossError
+from routing_rl.training.learners import trains_static_nets
 from routing_rl.training.distributed import Distributed
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs.task import RoutingTask, task_from_env
@@ -88,9 +89,9 @@ def join_processes(config: TrainConfig, device: torch.device) -> tuple[Distribut
         distributed = Distributed.from_env()
         if distributed is None:
             return None, device
-        if config.agent in SB3_AGENTS and distributed.world_size > 1:
-            raise RunError(f"the SB3 agents ({', '.join(SB3_AGENTS)}) train in one process; start {config.agent} "
-                           "without torchrun or with --nproc_per_node=1")
+        if config.spec.trains_through_env and distributed.world_size > 1:
+            raise RunError(f"{config.agent} trains through the routing env in one process; start it without torchrun "
+                           "or with --nproc_per_node=1")
         distributed.shard(config.batch_size)
         device = distributed.place(device)
     except ValueError as error:
@@ -128,14 +129,13 @@ def task_for(config: TrainConfig | dict) -> RoutingTask:
 
 def check_config(config: TrainConfig, task: RoutingTask) -> TrainConfig:
     """``config`` validated against ``task`` (its archs; the task's default arch when none is
-    given), an SB3 agent's keyword arguments by SB3 itself."""
+    given), and by a learner that trains through the env (an SB3 agent's keyword arguments by
+    SB3 itself)."""
     if config.arch is None:
         config.arch = task.default_arch(config.agent)
     config.validate(task.all_archs(), task.static_archs())
-    if config.agent in SB3_AGENTS:
-        from routing_rl.agents.sb3 import check_sb3_kwargs
-
-        check_sb3_kwargs(config)
+    if config.spec.trains_through_env:
+        config.spec.env_training.check(config)
     return config
 
 
@@ -150,8 +150,7 @@ def with_registered_settings(values: dict, task: RoutingTask) -> tuple[dict, lis
         registered = registered_settings(env)
     except ValueError as error:
         raise RunError(str(error)) from None
-    agent = AGENT_ALIASES.get(values.get("agent"), values.get("agent")) or TrainConfig.agent
-    if agent == "static" and registered.get("arch") not in task.static_archs():
+    if trains_static_nets(values.get("agent") or TrainConfig.agent) and registered.get("arch") not in task.static_archs():
         registered.pop("arch", None)
     completed, notes = dict(values), []
     for name, value in registered.items():
@@ -319,11 +318,10 @@ def read_run(run_dir: Path, overrides: dict | None = None) -> TrainConfig:
 
 
 def has_checkpoint(run_dir: Path, config: TrainConfig) -> bool:
-    """Whether a run can resume: the learner's checkpoint.pt, or an SB3 agent's newest zip."""
-    if config.agent in SB3_AGENTS:
-        from routing_rl.agents.sb3 import latest_checkpoint
-
-        return latest_checkpoint(run_dir) is not None
+    """Whether a run can resume: the learner's checkpoint.pt, or the checkpoint of a learner
+    that trains through the env (an SB3 agent's newest zip)."""
+    if config.spec.trains_through_env:
+        return config.spec.env_training.has_checkpoint(run_dir)
     return (Path(run_dir) / CHECKPOINT_FILE).is_file()
 
 
@@ -340,12 +338,8 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):
     run_dir = Path(run_dir)
     config = read_run(run_dir)
     task = task_for(config)
-    if config.agent in SB3_AGENTS:
-        from routing_rl.agents.sb3 import MODEL_FILE, load_sb3
-
-        if not (run_dir / MODEL_FILE).is_file():
-            raise RunError(f"{run_dir} has no {MODEL_FILE}: the run has not finished")
-        return config, task, load_sb3(run_dir / MODEL_FILE, device=device)[1].eval()
+    if config.spec.trains_through_env:
+        return config, task, config.spec.env_training.load(run_dir, device).eval()
     from routing_rl.agents.registry import build_net
 
     if not (run_dir / CHECKPOINT_FILE).is_file():
@@ -437,14 +431,13 @@ def metrics_problem(metrics) -> str | None:
 
 
 def check_fits_all(config: TrainConfig, task: RoutingTask, device: torch.device, resident: int) -> None:
-    """MemoryError unless training, an SB3 agent's env and buffers, and a latency profile
-    measured here all fit (:func:`~routing_rl.training.footprint.check_fits`)."""
+    """MemoryError unless training, the env and buffers of a learner that trains through it
+    (an SB3 agent's), and a latency profile measured here all fit
+    (:func:`~routing_rl.training.footprint.check_fits`)."""
     build = lambda width: task.make_net(config.arch, width, config.dynamic_k_cpt)  # noqa: E731
     check_fits(config, build, device, resident)
-    if config.agent in SB3_AGENTS:
-        from routing_rl.agents.sb3 import check_sb3_fits
-
-        check_sb3_fits(config, task, device)
+    if config.spec.trains_through_env:
+        config.spec.env_training.check_fits(config, task, device)
     if config.cost == "latency" and config.latency_profile is None:
         check_fits(config, build, device, batch_size=config.latency_batch or config.batch_size, flag="--latency-batch")
 
@@ -485,13 +478,11 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
         distributed.broadcast(run_dir if distributed.is_main else None)
     held.enter_context(writer_failures_in_training_thread())
     try:
-        if config.agent in SB3_AGENTS:
-            from routing_rl.agents.sb3 import train_sb3
-
+        if config.spec.trains_through_env:
             started = time.perf_counter()
-            result = train_sb3(config, task, run_dir, device, resume=resume is not None, cost=cost,
-                               figures=node_link_figures(summary(build_net(config, task, "cpu"))),
-                               splits=(train_part, validation))
+            result = config.spec.env_training.train(config, task, run_dir, device, resume=resume is not None, cost=cost,
+                                                    figures=node_link_figures(summary(build_net(config, task, "cpu"))),
+                                                    splits=(train_part, validation))
             net, evaluations = result.net, result.evaluations(task.examples(test))
             history, wall = result.history, time.perf_counter() - started
             with contextlib.closing(SummaryWriter(str(run_dir))) as writer:  # the learners' Monitor writes theirs
@@ -510,16 +501,15 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
                        f"space, then --resume {run_dir}") from None
     except (torch.OutOfMemoryError, RuntimeError, MemoryError) as error:  # MemoryError: NumPy's (SB3's buffers)
         if "without overflow" in str(error):  # a step size float32 cannot hold: the NaN guard's advice
-            sb3_lr = config.sb3_kwargs.get("learning_rate")
+            sb3_lr = config.resolved_values().get("sb3_kwargs", {}).get("learning_rate")
             also = f" or learning_rate in --sb3-kwargs (now {sb3_lr:g})" if sb3_lr is not None else ""
-            raise RunError(f"{run_dir}: a training step overflowed float32 ({error}); lower --lr (now {config.resolved_lr:g}){also} "
+            raise RunError(f"{run_dir}: a training step overflowed float32 ({error}); lower --lr (now {config.options.lr:g}){also} "
                            "and start again with --overwrite") from None
         if not isinstance(error, (torch.OutOfMemoryError, MemoryError)) and not any(m in str(error) for m in OUT_OF_MEMORY):
             raise
         sizes = f"--batch-size (now {config.batch_size}) or --width (now {config.width})"
-        if config.agent in SB3_AGENTS:  # its policy and buffers are sized by its own settings
-            sizes = (f"--n-envs (now {config.n_envs}), --width (now {config.width}) or the sizes in --sb3-kwargs "
-                     f"(buffer_size, batch_size, n_steps, policy_kwargs' net_arch; now {json.dumps(config.sb3_kwargs)})")
+        if config.spec.trains_through_env:  # its policy and buffers are sized by its own settings
+            sizes = config.spec.env_training.sizes(config)
         raise RunError(f"out of memory while training in {run_dir} on {device}: lower {sizes}, then start again with "
                        "--overwrite") from None
     # a router that sends everything to one exit is judged against each exit alone
@@ -557,10 +547,11 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
 
 
 def run_hparams(config: TrainConfig, evaluations: list[dict]) -> tuple[dict, dict]:
-    """TensorBoard's hparams of a run: its resolved settings (not its folders; an SB3 agent's
-    keyword arguments as JSON) and, as metrics, its test accuracy and mean MACs."""
-    settings = {k: json.dumps(v) if k == "sb3_kwargs" else v for k, v in config.resolved_values().items()
-                if k not in ("logdir", "data_dir") and (k != "sb3_kwargs" or config.agent in SB3_AGENTS)}
+    """TensorBoard's hparams of a run: its resolved settings (not its folders; a JSON object,
+    such as an SB3 agent's keyword arguments, as JSON text) and, as metrics, its test accuracy
+    and mean MACs."""
+    settings = {k: json.dumps(v) if isinstance(v, dict) else v for k, v in config.resolved_values().items()
+                if k not in ("logdir", "data_dir")}
     return settings, {"test_accuracy": evaluations[0]["accuracy"], "test_mean_macs": evaluations[0]["mean_macs"]}
 
 

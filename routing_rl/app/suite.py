@@ -41,7 +41,8 @@ from routing_rl.core.files import atomic_write_text, file_problem
 from routing_rl.core.memory import retain_freed_memory
 from routing_rl.data import DataNotFoundError
 from routing_rl.data.datasets import DATASETS
-from routing_rl.training.config import AGENTS, AGENT_ALIASES, PRESETS, POLICIES, make_config
+from routing_rl.training.config import AGENTS, PRESETS, POLICIES, make_config
+from routing_rl.training.learners import canonical_name
 
 SUITE = ("hybrid", "cifar2", "cifar5", "cifar10", "hybrid-swap", "hybrid-even", "hybrid-train-mix",
          "hybrid-hard-digits")
@@ -156,7 +157,7 @@ def learner_point(metrics: dict, frontier: list, threshold: dict) -> dict:
     reference, reference_point = threshold_cost(threshold, k_cpt)
     return {
         "run": metrics["run"],
-        "agent": AGENT_ALIASES.get(metrics["agent"], metrics["agent"]),  # runs saved before the rename say "critic"
+        "agent": canonical_name(metrics["agent"]),  # runs saved before the rename say "critic"
         "k_cpt": k_cpt,
         "test_accuracy": test["accuracy"],
         "mean_macs": test["mean_macs"],
@@ -241,7 +242,7 @@ def run_suite(agents: Sequence[str], tasks: Sequence[str] = SUITE, k_cpts: Seque
                          sweep_configs(["threshold"], [k_cpts[0]], [seed], preset=preset, lr=lr, **where[task])]
             learners = sweep_configs(agents, k_cpts, [seed], preset=preset, policy=policy, **{**where[task], **learner_fields})
             for config in learners:  # learners with other policies or settings share the logdir (and its static nets)
-                config.run_name += f"-{config.resolved_policy}{learner_tag(learner_fields)}"
+                config.run_name += f"-{config.options.policy}{learner_tag(learner_fields)}"
             planned.append((task, seed, len(threshold), len(learners)))
             configs += threshold + learners
     run_dirs = iter(run_sweep(configs, log, **backend))
@@ -350,7 +351,7 @@ def _suite(args, prog: str, argv: list[str] | None) -> int:
         if problem:  # before hours of training, not after
             raise RunError(f"--json {problem}; choose another --json")
     schedule = schedule_fields(args, SET_BY_FLAG, "the suite")
-    agents = list(dict.fromkeys(AGENT_ALIASES.get(agent, agent) for agent in args.agent))
+    agents = list(dict.fromkeys(canonical_name(agent) for agent in args.agent))
     if "static" in agents:
         raise RunError("the suite trains the static nets itself; give learners with --agent")
     if "auto" in args.static_lr and len(args.static_lr) > 1:

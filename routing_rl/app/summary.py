@@ -117,8 +117,9 @@ def on_preset_schedule(metrics: dict) -> bool:
     """Whether a run trained on its preset's own schedule and was tested on the whole test
     split, as the :data:`STATIC_REFERENCES` nets were (a config field the run lacks counts as the preset's)."""
     config = metrics["config"]
-    preset = TrainConfig(preset=config["preset"], **PRESET_VALUES[config["preset"]])
-    return test_subset(metrics) is None and all(config.get(k, getattr(preset, k)) == getattr(preset, k) for k in SCHEDULE)
+    preset = {**{name: getattr(TrainConfig, name) for name in SCHEDULE}, **PRESET_VALUES[config["preset"]],
+              "preset": config["preset"]}
+    return test_subset(metrics) is None and all(config.get(k, preset[k]) == preset[k] for k in SCHEDULE)
 
 
 def static_line(accuracy: float, mean_macs: float, static: list[tuple[str, float, float]]) -> str:
@@ -136,7 +137,8 @@ def summary_text(metrics: dict, static: list[tuple[str, float, float]] | None = 
     """The summary of a finished run's ``metrics.json`` content, a few lines per test point;
     ``static``: the (net, accuracy, MACs) to judge it against (default: see the module docstring)."""
     config = metrics["config"]
-    policy = f", {config.get('policy') or 'default'} policy" if metrics["agent"] not in ("static", "threshold") else ""
+    policy = config.get("learner_options", {}).get("policy", config.get("policy"))  # runs of before the nesting: flat
+    policy = f", {policy or 'default'} policy" if metrics["agent"] not in ("static", "threshold") else ""
     lines = [
         f"run {metrics['run']}: {metrics['agent']} on {metrics['arch']}{policy}, preset {config.get('preset')}, "
         f"{metrics['train_seconds']:.0f} s of training",

@@ -84,12 +84,11 @@ def sweep_configs(
 
 
 def config_differences(saved: TrainConfig, wanted: TrainConfig) -> list[str]:
-    """``"field saved (here) vs wanted"`` for every setting of the experiment that differs."""
-    have, want = saved.resolved_values(), wanted.resolved_values()  # runs saved before a default became None hold its value
-    if not wanted.spec.trains_through_env:  # only the env's joint training reads it; its default changed with the suite
-        del have["uniform_weight"], want["uniform_weight"]
-    return [f"{name} {have[name]!r} (saved) vs {want[name]!r} (asked)"
-            for name in want if name not in IGNORED_IN_COMPARISON and have[name] != want[name]]
+    """``"field saved (here) vs wanted"`` for every setting of the experiment that differs, each
+    as the run trains with it (runs saved before a default became None hold its value)."""
+    have, want = saved.resolved_values(), wanted.resolved_values()
+    return [f"{name} {have.get(name)!r} (saved) vs {want[name]!r} (asked)"
+            for name in want if name not in IGNORED_IN_COMPARISON and have.get(name) != want[name]]
 
 
 class SweepError(RunError):

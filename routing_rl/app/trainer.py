@@ -271,7 +271,7 @@ def agreed_stop(distributed: Distributed | None) -> bool:
 
 def scheduled_lr(config: TrainConfig, iteration: int) -> float:
     """The learning rate the config schedules for ``iteration``, for messages."""
-    return halving(config.resolved_lr, iteration, config.lr_half_life)
+    return halving(config.options.lr, iteration, config.lr_half_life)
 
 
 def finite(net: torch.nn.Module) -> bool:

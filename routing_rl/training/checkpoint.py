@@ -35,7 +35,7 @@ import torch
 
 from routing_rl.core.files import atomic_write
 from routing_rl.nets.router import K_CPT_UNIT_BUFFER
-from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, before_joint_execution
+from routing_rl.training.config import BEFORE_NESTING, RESUME_OVERRIDES, TrainConfig
 
 IDENTITY = ("agent", "arch", "width", "env", "dataset")
 """The config fields that name the run a checkpoint belongs to."""
@@ -149,13 +149,18 @@ def _check_identity(path: Path, state: dict, config: TrainConfig) -> None:
 
 def settings_disagreement(saved: dict, config: TrainConfig) -> str | None:
     """The settings recorded with a checkpoint (:func:`checkpoint_identity`) that ``config``
-    (the run's config.json) gives other values, as ``"k_cpt 4e-09 (the config: 0.001), ..."``;
-    None when they agree. A field the checkpoint does not carry (written before it recorded
-    its settings) cannot be compared."""
-    expected = checkpoint_identity(config)
-    saved = before_joint_execution(saved)
-    edited = [name for name in sorted(set(saved) & set(expected)) if saved[name] != expected[name]]
-    return ", ".join(f"{name} {saved[name]!r} (the config: {expected[name]!r})" for name in edited) or None
+    (the run's config.json) gives other values, as ``"k_cpt 4e-09 (the config: 0.001), ..."``,
+    each as the run trains with it (the learner's defaults filled in); None when they agree. A
+    field the checkpoint does not carry (written before it recorded its settings) cannot be
+    compared; one written before the learners' options nested names every option it had."""
+    ours = json.loads(config.to_json())
+    if "learner_options" not in saved:
+        ours["learner_options"] = {}
+    known = {name: value for name, value in saved.items() if name in ours or name in BEFORE_NESTING}
+    theirs = TrainConfig.from_values({**ours, **known}).resolved_values()
+    expected = config.resolved_values()
+    edited = [name for name in sorted(expected) if name not in (*RESUME_OVERRIDES, *PLACE) and theirs.get(name) != expected[name]]
+    return ", ".join(f"{name} {theirs.get(name)!r} (the config: {expected[name]!r})" for name in edited) or None
 
 
 def _check_training_state(path: Path, state: dict, config: TrainConfig) -> None:

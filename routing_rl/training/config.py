@@ -1,11 +1,13 @@
 """Typed training configuration and its presets.
 
 One :class:`TrainConfig` describes a run completely; it is saved beside the run as
-``config.json`` and every field is a command-line flag of ``experiments/train_agent.py``
-(``k_cpt`` → ``--k-cpt``). A preset fills the schedule-related fields; any field given
-explicitly wins over the preset. The fields a learner leaves at None take its defaults, which
-its module declares with its name, policies and refusals
-(:class:`~routing_rl.training.learners.LearnerSpec`); ``options`` is that learner's view.
+``config.json``. Its fields are what every run shares (data, schedule, k_cpt, cost, evaluation,
+checkpoints, seed, device, run folder); the learner's options (τ, the critics' execution, the
+SB3 agents' settings...) nest under ``learner_options``, declared with their defaults by the
+learner's module (:class:`~routing_rl.training.learners.LearnerSpec`), and ``options`` gives
+them typed with every default filled in. Every field and option is a command-line flag of
+``experiments/train_agent.py`` (``k_cpt`` → ``--k-cpt``). A preset fills the schedule (an
+option's half-life too, for a learner that has it); any value given explicitly wins.
 
 Presets:
   * ``paper`` — the paper's schedule: 80,000 iterations of batch 128; lr 0.1, τ and ε
@@ -45,24 +47,27 @@ from routing_rl.core.k_cpt import COSTS, DYNAMIC, check_k_cpt
 from routing_rl.data.containers import VALIDATION_MIXES
 from routing_rl.nets.multiscale import arch_names
 from routing_rl.training.learners import JOINT_LR, LR  # noqa: F401 (sgd, envs and tests import them from here)
-from routing_rl.training.learners import LearnerOptions, LearnerSpec, canonical_name, learner_spec
+from routing_rl.training.learners import (LearnerOptions, LearnerSpec, canonical_name, declared_options, learner_spec,
+                                          undeclared_option)
 
 AGENTS = ("static", "actor", "pragmatic-critic", "optimistic-critic", "threshold", "dqn", "ppo", "a2c")
 """The package's learners, in the order reports list them; each declares itself in its module
 (:mod:`routing_rl.training.learners`), and a learner of another package is ``--agent module:name``."""
-AGENT_ALIASES = {"critic": "pragmatic-critic"}
-"""Other names an agent answers to; a config stores the agent's own name."""
 POLICIES = ("softmax", "eps-greedy", "greedy")
 EXECUTIONS = ("full", "sampled")
 """``execution``: how a learner that samples paths trains (the critics); ``joint_execution``:
 how the routing env trains the features under a learner that trains through it (the SB3 agents)."""
-SCORE_STARTS = ("guess", "zero")
 PRESETS = ("smoke", "quick", "cpu-small", "paper")
 DEFAULT_PRESET = "quick"
-SB3_AGENTS = ("dqn", "ppo", "a2c")
-RESOLVED_FIELDS = tuple(f.name for f in dataclasses.fields(LearnerOptions))
-"""Fields whose default (None) is the learner's (:class:`~routing_rl.training.learners.LearnerOptions`):
-each has a ``resolved_<field>`` property."""
+BEFORE_NESTING = {
+    "policy": None, "tau": None, "tau_half_life": 500, "epsilon": None, "epsilon_half_life": 500, "k_dec": 0.01,
+    "k_ure": 0.001, "router_lr_scale": None, "score_start": "zero", "c_mod_routing": False, "execution": "full",
+    "joint_execution": "full", "side_heads": True, "double_q": None, "uniform_weight": 1.0, "head_weight": None,
+    "utility_error": None, "n_envs": 256, "sb3_kwargs": {},
+}
+"""The learners' options that were fields of the config before they nested under
+``learner_options``, with their defaults then: a config.json or checkpoint of then names them
+at its top level (:func:`nested` moves them), and ``config.<name>`` still reads one."""
 RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
 
@@ -84,51 +89,26 @@ NAME_BYTES = 255
 """The longest file name (in UTF-8 bytes) common filesystems allow (ext4, XFS, APFS, NTFS)."""
 MAX_SEED = 2**63 - 1
 """The largest seed (an int64); every generator is seeded from all of its bits (:mod:`routing_rl.core.seeds`)."""
-SB3_MAX_SEED = 2**32 - 2
-"""SB3 seeds NumPy's legacy generator (32-bit seeds), the eval env with ``seed + 1``."""
 FLOAT32_MAX = 3.4028234663852886e38
 """The weights are float32: SGD cannot apply a step size beyond this (it overflows inside
 ``SGD.step``), so ``lr`` is refused above it; below it, a too-large ``lr`` is caught by the NaN guard."""
 KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a JSON object"}
-_POSITIVE = ((0, False), (math.inf, False), "a finite number > 0")
-_NON_NEGATIVE = ((0, True), (math.inf, False), "a finite number >= 0")
-_COUNT = ((1, True), (math.inf, False), "a positive integer")
+POSITIVE = ((0, False), (math.inf, False), "a finite number > 0")
+NON_NEGATIVE = ((0, True), (math.inf, False), "a finite number >= 0")
+COUNT = ((1, True), (math.inf, False), "a positive integer")
 RANGES = {  # field: ((low, inclusive), (high, inclusive), what to say)
-    "width": _COUNT, "n_envs": _COUNT, "iterations": _COUNT, "batch_size": _COUNT, "eval_every": _COUNT, "checkpoint_every": _COUNT,
-    "eval_examples": _COUNT, "train_examples": _COUNT, "seed": ((0, True), (MAX_SEED, True), "an integer in 0 ... 2**63 - 1"),
-    "lr": _POSITIVE, "lr_half_life": _POSITIVE, "tau": _POSITIVE, "tau_half_life": _POSITIVE,
-    "epsilon_half_life": _POSITIVE, "router_lr_scale": _POSITIVE, "k_dec": _NON_NEGATIVE, "k_ure": _NON_NEGATIVE, "k_l2": _NON_NEGATIVE,
+    "width": COUNT, "n_envs": COUNT, "iterations": COUNT, "batch_size": COUNT, "eval_every": COUNT, "checkpoint_every": COUNT,
+    "eval_examples": COUNT, "train_examples": COUNT, "seed": ((0, True), (MAX_SEED, True), "an integer in 0 ... 2**63 - 1"),
+    "lr": POSITIVE, "lr_half_life": POSITIVE, "tau": POSITIVE, "tau_half_life": POSITIVE,
+    "epsilon_half_life": POSITIVE, "router_lr_scale": POSITIVE, "k_dec": NON_NEGATIVE, "k_ure": NON_NEGATIVE, "k_l2": NON_NEGATIVE,
     "momentum": ((0, True), (1, False), "in [0, 1)"),
     "epsilon": ((0, True), (1, True), "in [0, 1]"),
     "uniform_weight": ((0, True), (1, True), "in [0, 1] (1: every head weighs the same, 0: only the head the agent reached)"),
-    "head_weight": _NON_NEGATIVE,
+    "head_weight": NON_NEGATIVE,
     "probability_floor": ((0, False), (1, False), "in (0, 1), so that no path has zero probability"),
     "validation_fraction": ((0, False), (1, False), "in (0, 1)"),
 }
-_SHARE = ((0, True), (1, True), "in [0, 1]")
-SB3_RANGES = {  # SB3 keyword argument: range, as RANGES; SB3 accepts some of these out of range and trains on
-    "learning_rate": _POSITIVE, "gamma": _SHARE, "gae_lambda": _SHARE, "ent_coef": _NON_NEGATIVE,
-    "vf_coef": _NON_NEGATIVE, "max_grad_norm": _POSITIVE, "clip_range": _POSITIVE, "clip_range_vf": _POSITIVE,
-    "target_kl": _POSITIVE, "rms_prop_eps": _POSITIVE, "tau": ((0, False), (1, True), "in (0, 1]"),
-    "exploration_fraction": _SHARE, "exploration_initial_eps": _SHARE, "exploration_final_eps": _SHARE,
-    "batch_size": _COUNT, "buffer_size": _COUNT, "n_steps": _COUNT, "n_epochs": _COUNT, "target_update_interval": _COUNT,
-    "stats_window_size": _COUNT, "train_freq": _COUNT, "learning_starts": ((0, True), (math.inf, False), "an integer >= 0"),
-    "verbose": ((0, True), (2, True), "0, 1 or 2"),
-    "gradient_steps": ((-1, True), (math.inf, False), "a positive integer, or -1 (as many as the env steps taken)"),
-    "sde_sample_freq": ((-1, True), (math.inf, False), "a positive integer, or -1 (only at the start of a rollout)"),
-}
-SB3_INTEGERS = {"batch_size", "buffer_size", "n_steps", "n_epochs", "target_update_interval", "stats_window_size",
-                "train_freq", "learning_starts", "verbose", "gradient_steps", "sde_sample_freq"}
-SB3_NULLABLE = {"clip_range_vf", "target_kl", "policy_kwargs", "replay_buffer_kwargs", "rollout_buffer_kwargs"}
-SB3_FLAGS = {"normalize_advantage", "use_sde", "optimize_memory_usage", "use_rms_prop"}
-SB3_OBJECTS = {"policy_kwargs", "replay_buffer_kwargs", "rollout_buffer_kwargs"}
-SB3_RESERVED = {
-    "device": "set the device with --device, not in --sb3-kwargs",
-    "seed": "set the seed with --seed, not in --sb3-kwargs",
-    "tensorboard_log": "SB3 logs into the run directory already; drop tensorboard_log",
-    "_init_setup_model": "drop _init_setup_model",
-}
-"""SB3 keyword arguments the run sets itself."""
+"""The range of every number a run is given, common field or learner's option, by its one name."""
 
 
 def check_range(name: str, value, spec: tuple) -> None:
@@ -163,7 +143,6 @@ class TrainConfig:
     means ``iterations × batch_size`` images everywhere; k_cpt is a cost per MAC."""
 
     agent: str = "actor"  # a registered learner (routing_rl.training.learners), or "module:name"
-    policy: str | None = None  # None: the agent's default (the first of its LearnerSpec.policies)
     env: str = "routing_rl/HybridRouting-v0"  # a registered routing task's id, or "module:id"
     dataset: str | None = None  # None: the env's dataset
     arch: str | None = None  # None: the task's default (static-8 for the static agent, chain for the others)
@@ -175,35 +154,16 @@ class TrainConfig:
     preset: str = DEFAULT_PRESET
     iterations: int = 4_000
     batch_size: int = 128
-    lr: float | None = None  # None: LR (0.1), or JOINT_LR (0.02) where every head learns on every image (SB3, c_heads)
+    lr: float | None = None  # None: the learner's (LearnerOptions.lr): LR (0.1), or JOINT_LR (0.02) where every head
+    # learns on every image (SB3, c_heads)
     lr_half_life: int = 500
     momentum: float = 0.9
-    tau: float | None = None  # None: 1.0 for the actor, 0.1 for critics
-    tau_half_life: int = 500
-    epsilon: float | None = None  # None: 1.0 for critics (annealed), 0.1 for DQN (its final ε)
-    epsilon_half_life: int = 500
-    k_dec: float = 0.01
-    k_ure: float = 0.001
-    router_lr_scale: float | None = None  # the routers step at lr × this; None: CRITIC_ROUTER_LR_SCALE for critics that
-    # train every head on every image (head_weight > 0), 1 otherwise (agents/critic.py says why)
-    score_start: str = "zero"  # critics: the paper's zero scores, or "guess": minus a uniform guess's error cost
     k_l2: float = 1e-4
-    c_mod_routing: bool = False  # actor: c_mod's gradient also reaches the routers (the paper's "regularizing d̂")
     talr: bool = True
     channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
     compile: bool = False  # torch.compile of the full evaluation
-    execution: str = "full"  # critics: every node on every image (agents/critic.py says why); "sampled": the decisions' paths only
-    joint_execution: str = "full"  # dqn/ppo/a2c: the env trains the features on every head ("full") or the agent's paths
-    exit_confidence: bool = False  # routers also read their exit heads' top softmax probability
-    side_heads: bool = True  # sampled critics: train every head whose input the path computed; dqn: replay those exits
-    double_q: bool | None = None  # dqn: the online net picks the next junction's sink, the target net values it (double
-    # Q-learning); None: True for dqn (agents/sb3.py says why)
-    uniform_weight: float = 1.0  # dqn/ppo/a2c full-tree joint training: every head's weight beside the reached one's 1
-    head_weight: float | None = None  # every head's cross-entropy on every image, times this, beside c_err; None: 1 for
-    # critics on the full tree, 0 for the actor and sampled critics (agents/critic.py says why)
+    exit_confidence: bool = False  # routers (and the env's observation) also read their exit heads' top softmax probability
     error_cost: str = "cross_entropy"
-    utility_error: str | None = None  # c_err inside critic utilities; None: zero_one (the paper's 0/1 variant) for
-    # critics that train every head on every image (head_weight > 0), cross_entropy otherwise (agents/critic.py says why)
     probability_floor: float = 1e-6
     validation_fraction: float = 0.1
     validation_mix: str = "test"  # the validation part's composition: the test split's ("test") or the training split's
@@ -217,9 +177,7 @@ class TrainConfig:
     download: bool = True  # False: never try torchvision's downloaders
     logdir: str = "runs"
     run_name: str | None = None
-    n_envs: int = 256  # SB3 agents: examples in flight in the vector env
-    sb3_kwargs: dict = field(default_factory=dict)  # SB3 agents: keyword arguments over agents.sb3.sb3_kwargs
-    learner_options: dict = field(default_factory=dict)  # the learner's options that are not fields here, by name
+    learner_options: dict = field(default_factory=dict)  # the learner's options given, by name (left out: its default)
 
     def __post_init__(self) -> None:
         self.agent = canonical_name(self.agent)
@@ -230,14 +188,15 @@ class TrainConfig:
 
     @property
     def options(self) -> LearnerOptions:
-        """The learner's options as this run sets them: a field of the same name here (None:
-        the learner's default), else ``learner_options``."""
-        own = {f.name for f in dataclasses.fields(self)} - {"learner_options"}
-        values = {f.name: getattr(self, f.name) if f.name in own else self.learner_options.get(f.name)
-                  for f in dataclasses.fields(self.spec.options)}
-        options = self.spec.options(**{name: value for name, value in values.items() if value is not None})
-        if options.policy is None and self.spec.policies:
-            options.policy = self.spec.policies[0]
+        """The learner's options as this run sets them, every default filled in: ``learner_options``,
+        and a common field of the same name (``lr``) when it is given."""
+        spec = self.spec
+        names = spec.option_names()
+        given = {name: value for name, value in self.learner_options.items() if name in names}
+        given.update({name: getattr(self, name) for name in names & COMMON if getattr(self, name) is not None})
+        options = spec.options(**{name: value for name, value in given.items() if value is not None})
+        if options.policy is None and spec.policies:
+            options.policy = spec.policies[0]
         return options
 
     @property
@@ -245,34 +204,17 @@ class TrainConfig:
         return self.k_cpt == DYNAMIC
 
     def resolved_values(self) -> dict:
-        """Every field, the defaults that depend on the agent (None in ``config.json``) as they
-        resolve, and the learner's own options: what the run trains with."""
-        values = dataclasses.asdict(self)
-        options = dataclasses.asdict(self.options)
-        values.update({name: options[name] for name in RESOLVED_FIELDS})
-        own = {name: value for name, value in options.items() if name not in values}
-        del values["learner_options"]  # a learner's own options stand beside the common fields, as flags do
-        return {**values, **own}
-
-    def __getattr__(self, name: str):
-        """``resolved_<field>``: the field as the run trains with it (None: the learner's default)."""
-        if name.startswith("resolved_") and name[len("resolved_"):] in RESOLVED_FIELDS:
-            return getattr(self.options, name[len("resolved_"):])
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        """Every common field and every option of the learner, as the run trains with them (the
+        learner's defaults filled in): one flat dict, as the flags are."""
+        values = {name: getattr(self, name) for name in COMMON}
+        return {**values, **dataclasses.asdict(self.options)}
 
     def check_error_cost(self) -> None:
         """Refuse an ``error_cost`` this agent cannot learn from (its LearnerSpec refuses it:
         heads that learn c_err get no gradient from a 0/1 error)."""
-        self._check_refusals(("error_cost",))
-
-    def _check_refusals(self, names) -> None:
-        """Each of ``names`` the learner refuses (``LearnerSpec.refusals``): only its default, or no value, passes."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for name in names:
-            value = getattr(self, name)
-            refusals = self.spec.refusals
-            if name in refusals and value and value != defaults[name]:
-                raise ValueError(refusals[name].format(agent=self.agent, value=value))
+        refusals = self.spec.refusals
+        if "error_cost" in refusals and self.error_cost != ERROR_COST:
+            raise ValueError(refusals["error_cost"].format(agent=self.agent, value=self.error_cost))
 
     def validate(self, archs: Sequence[str] | None = None, static_archs: Sequence[str] | None = None) -> TrainConfig:
         """Raise ValueError naming the first bad field and how to fix it (also for a config
@@ -283,14 +225,19 @@ class TrainConfig:
         it trains (default: the paper's ``static-N``; for a task's archs, unchecked here: its
         learner refuses a net it cannot train).
         """
-        if not isinstance(self.sb3_kwargs, dict):
-            raise ValueError(f"sb3_kwargs must be a JSON object of SB3 keyword arguments, got {self.sb3_kwargs!r}")
-        self._check_types()
+        if not isinstance(self.learner_options, dict):
+            raise ValueError(f"learner_options must be a JSON object of the learner's options, got {self.learner_options!r}")
+        _check_types(type(self), {name: getattr(self, name) for name in COMMON})
         learner = self.spec
-        allowed = learner.policies
-        if self.policy is not None and self.policy not in allowed:
-            if self.policy not in POLICIES:
-                raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+        for name, value in self.learner_options.items():
+            if value is not None and name not in learner.option_names():
+                raise ValueError(undeclared_option(learner, name, value))
+        _check_types(learner.options, self.learner_options)
+        settings = self.resolved_values()  # a learner's options check themselves when built
+        allowed, policy = learner.policies, self.learner_options.get("policy")
+        if policy is not None and policy not in allowed:
+            if policy not in POLICIES:
+                raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
             can = f"can only use {', '.join(allowed)}" if allowed else "has no training routing policy"
             raise ValueError(f"agent {self.agent!r} {can}; drop --policy or pick another agent")
         paper = archs is None
@@ -327,117 +274,39 @@ class TrainConfig:
         if self.cost != "latency" and (self.latency_batch is not None or self.latency_profile is not None):
             raise ValueError("--latency-batch and --latency-profile belong to the latency cost; add --cost latency")
         if self.compile and learner.trains_through_env:
-            raise ValueError(f"--compile speeds up the gradient learners' steps; {self.agent} trains through SB3, drop --compile")
+            raise ValueError(f"--compile speeds up the gradient learners' steps; {self.agent} trains through the routing env, drop --compile")
         if self.exit_confidence and not learner.routers:
             raise ValueError(f"--exit-confidence is read by routers and by the SB3 agents' observations; "
                              f"{self.agent!r} has neither: drop it")
         if self.dynamic_k_cpt and not learner.routers:
             raise ValueError(f"agent {self.agent!r} has no routers to read k_cpt; use a fixed --k-cpt")
-        for name, value in (("execution", self.execution), ("joint_execution", self.joint_execution)):
-            if value not in EXECUTIONS:
-                raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(EXECUTIONS)}")
-        if self.execution not in learner.executions:
-            env = " (how the env trains the features under it: --joint-execution)" if learner.trains_through_env else ""
-            raise ValueError(learner.refusals.get("execution", "--execution {value} chooses how a critic trains; {agent!r} "
-                                              "does not read it: drop it" + env).format(agent=self.agent, value=self.execution))
-        if self.joint_execution != "full" and not learner.trains_through_env:
-            raise ValueError(f"--joint-execution chooses how the routing env trains the features under dqn, ppo and a2c; "
-                             f"{self.agent!r} does not train through the env: drop it")
-        unknown = sorted(set(self.learner_options) - {f.name for f in dataclasses.fields(learner.options)})
-        if unknown:
-            raise ValueError(f"agent {self.agent!r} has no option {', '.join(unknown)}; drop it from learner_options")
-        options = self.options  # a learner's options check themselves when built
-        self._check_types(options)
-        for name, value in (("error_cost", self.error_cost), ("utility_error", options.utility_error)):
-            if value not in ERROR_COSTS:
-                raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(ERROR_COSTS)}")
-        self._check_refusals(("double_q", "head_weight", "error_cost", "c_mod_routing", "sb3_kwargs"))
+        if self.error_cost not in ERROR_COSTS:
+            raise ValueError(f"unknown error_cost {self.error_cost!r}; choose one of {', '.join(ERROR_COSTS)}")
+        self.check_error_cost()
         if self.validation_mix not in VALIDATION_MIXES:
             raise ValueError(f"unknown validation_mix {self.validation_mix!r}; choose one of {', '.join(VALIDATION_MIXES)}")
-        if self.score_start not in SCORE_STARTS:
-            raise ValueError(f"unknown score_start {self.score_start!r}; choose one of {', '.join(SCORE_STARTS)}")
-        if self.sb3_kwargs:
-            self._check_sb3_kwargs()
         for name, spec in RANGES.items():
-            if getattr(self, name) is not None:
-                check_range(name, getattr(self, name), spec)
+            if settings.get(name) is not None:
+                check_range(name, settings[name], spec)
         if learner.max_seed is not None and self.seed > learner.max_seed:
             raise ValueError(f"seed must be at most {learner.max_seed} for {self.agent} (SB3 seeds NumPy with 32 bits), "
                              f"got {self.seed}")
         check_run_name(self.run_name)
         return self
 
-    def _check_types(self, values=None) -> None:
-        """Every field of ``values`` (default: this config; also the learner's options) holds a
-        value of its annotated type (an int where a float is asked)."""
-        values = self if values is None else values
-        for name, hint in typing.get_type_hints(type(values)).items():
-            kinds = typing.get_args(hint) or (hint,)
-            value = getattr(values, name)
-            if value is None and type(None) in kinds:
-                continue
-            kinds = tuple(typing.get_origin(k) or k for k in kinds if k is not type(None))
-            accepted = kinds + ((int,) if float in kinds else ())
-            if isinstance(value, bool) != (bool in kinds) or not isinstance(value, accepted):
-                expected = " or ".join(KIND_NAMES.get(k, f"a {k.__name__}") for k in kinds)
-                raise ValueError(f"{name} must be {expected}" + (" or null" if type(None) in typing.get_args(hint) else "")
-                                 + f", got {value!r}")
-
-    def _check_sb3_kwargs(self) -> None:
-        """Names against the algorithm's signature, the ones the run sets itself
-        (:data:`SB3_RESERVED`), then types and ranges of the common ones (:data:`SB3_RANGES`):
-        SB3 trains on ``batch_size`` 0 or ``gamma`` NaN without a word. What SB3 does check,
-        it checks when the model is built: :func:`routing_rl.agents.sb3.check_sb3_kwargs`
-        builds one before the run starts."""
-        import inspect
-
-        import stable_baselines3
-
-        algorithm = getattr(stable_baselines3, self.agent.upper())
-        accepted = set(inspect.signature(algorithm.__init__).parameters) - {"self", "policy", "env"}
-        unknown = sorted(set(self.sb3_kwargs) - accepted)
-        if unknown:
-            raise ValueError(f"{self.agent.upper()} takes no keyword argument {', '.join(unknown)}; "
-                             f"choose among {', '.join(sorted(accepted - set(SB3_RESERVED)))}")
-        for name, value in self.sb3_kwargs.items():
-            where = f"--sb3-kwargs {name}"
-            if name in SB3_RESERVED:
-                raise ValueError(f"{where}: {SB3_RESERVED[name]}")
-            if value is None and name in SB3_NULLABLE:
-                continue
-            if name in SB3_FLAGS and not isinstance(value, bool):
-                raise ValueError(f"{where} must be true or false, got {value!r}")
-            if name in SB3_OBJECTS and not isinstance(value, dict):
-                raise ValueError(f"{where} must be a JSON object" + (" or null" if name in SB3_NULLABLE else "")
-                                 + f", got {value!r}")
-            if name in SB3_RANGES and not (name == "train_freq" and isinstance(value, list)):  # [n, "step"]: SB3 checks
-                number = int if name in SB3_INTEGERS else (int, float)
-                if isinstance(value, bool) or not isinstance(value, number):
-                    raise ValueError(f"{where} must be {KIND_NAMES[int] if name in SB3_INTEGERS else KIND_NAMES[float]}, "
-                                     f"got {value!r}")
-                check_range(where, value, SB3_RANGES[name])
-                if name == "gradient_steps" and value == 0:
-                    raise ValueError(f"{where} must be {SB3_RANGES[name][2]}, got 0")
-
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> TrainConfig:
-        values = json.loads(text)
-        if values.pop("extra", {}):  # earlier configs: SB3 settings, now n_envs and sb3_kwargs, counted env steps
-            raise ValueError("this config was written before --n-envs and --sb3-kwargs, when SB3 iterations were "
-                             "environment steps; start a new run")
-        values.setdefault("validation_mix", "train")  # configs written before it held out the training mix
-        values.setdefault("head_weight", 0.0)  # configs written before it trained heads by their routed share alone
-        values.setdefault("double_q", False)  # configs written before it: DQN's one-step max targets
-        if values.get("execution") is None:  # written when None meant the agent's default execution, which was
-            sampled = "router_lr_scale" not in values and not _trains_through_env(values.get("agent")) and \
-                values.get("policy") in ("eps-greedy", "greedy")  # sampled for these policies, before the task suite
-            values["execution"] = "sampled" if sampled else "full"
-        values = before_joint_execution(values)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(values) - known
+        return cls.from_values(json.loads(text))
+
+    @classmethod
+    def from_values(cls, values: dict) -> TrainConfig:
+        """The config of ``values`` (a config.json's, or the settings a checkpoint recorded),
+        written by this version or an earlier one (:func:`nested`)."""
+        values = nested(values)
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"config has unknown fields {sorted(unknown)}; was it written by another version?")
         return cls(**values)
@@ -446,32 +315,93 @@ class TrainConfig:
         atomic_write_text(Path(path), self.to_json())
 
 
-def before_joint_execution(values: dict) -> dict:
-    """``values`` (a config.json, or the settings a checkpoint recorded) written before
-    ``joint_execution``, when ``execution`` also chose how the env trained the features under
-    a learner that trains through it: that choice moved to ``joint_execution``."""
-    if "joint_execution" in values or values.get("execution") is None or not _trains_through_env(values.get("agent")):
+class _Option:
+    """``config.<name>`` of an option in :data:`BEFORE_NESTING`, for code written before the
+    nesting: ``config.options.<name>`` (AttributeError where the learner has no such option);
+    on the class, the field's default then. Setting it sets the learner's option."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, config, owner=None):
+        if config is None:
+            return BEFORE_NESTING[self.name]
+        options = config.options
+        if not hasattr(options, self.name):
+            raise AttributeError(f"agent {config.agent!r} has no option {self.name}")
+        return getattr(options, self.name)
+
+    def __set__(self, config, value) -> None:
+        config.learner_options[self.name] = value
+
+
+for _name in BEFORE_NESTING:
+    setattr(TrainConfig, _name, _Option(_name))
+COMMON = frozenset(f.name for f in dataclasses.fields(TrainConfig)) - {"learner_options"}
+"""The settings every run shares: the config's own fields."""
+ERROR_COST = TrainConfig.error_cost
+
+
+def _check_types(kind: type, values: dict) -> None:
+    """Each of ``values`` holds a value of the type ``kind`` (a dataclass: the config, or a
+    learner's options) annotates it with (an int where a float is asked)."""
+    hints = typing.get_type_hints(kind)
+    for name, value in values.items():
+        kinds = typing.get_args(hints[name]) or (hints[name],)
+        if value is None and type(None) in kinds:
+            continue
+        kinds = tuple(typing.get_origin(k) or k for k in kinds if k is not type(None))
+        accepted = kinds + ((int,) if float in kinds else ())
+        if isinstance(value, bool) != (bool in kinds) or not isinstance(value, accepted):
+            expected = " or ".join(KIND_NAMES.get(k, f"a {k.__name__}") for k in kinds)
+            raise ValueError(f"{name} must be {expected}" + (" or null" if type(None) in typing.get_args(hints[name]) else "")
+                             + f", got {value!r}")
+
+
+def nested(values: dict) -> dict:
+    """``values`` (a config.json, or the settings a checkpoint recorded) as this version writes
+    them. Written before the learners' options nested, its options are top-level fields
+    (:data:`BEFORE_NESTING`): those its learner declares move into ``learner_options``, the
+    others, which it never read, are dropped; older changes are undone first (below)."""
+    values = dict(values)
+    if values.pop("extra", {}):  # earlier configs: SB3 settings, now n_envs and sb3_kwargs, counted env steps
+        raise ValueError("this config was written before --n-envs and --sb3-kwargs, when SB3 iterations were "
+                         "environment steps; start a new run")
+    values.setdefault("validation_mix", "train")  # configs written before it held out the training mix
+    if not any(name in values for name in BEFORE_NESTING):
         return values
-    return {**values, "joint_execution": values["execution"], "execution": "full"}
-
-
-def _trains_through_env(agent) -> bool:
-    try:
-        return isinstance(agent, str) and learner_spec(agent).trains_through_env
-    except ValueError:
-        return False  # validate names the unknown agent
+    spec = learner_spec(values.get("agent") or TrainConfig.agent)
+    values.setdefault("head_weight", 0.0)  # configs written before it trained heads by their routed share alone
+    values.setdefault("double_q", False)  # configs written before it: DQN's one-step max targets
+    if values.get("execution") is None:  # written when None meant the agent's default execution, which was
+        sampled = "router_lr_scale" not in values and not spec.trains_through_env and \
+            values.get("policy") in ("eps-greedy", "greedy")  # sampled for these policies, before the task suite
+        values["execution"] = "sampled" if sampled else "full"
+    if "joint_execution" not in values and spec.trains_through_env:  # written when execution also chose the env's
+        values["joint_execution"], values["execution"] = values["execution"], "full"  # feature training under SB3
+    own, declared = dict(values.get("learner_options") or {}), spec.option_names()
+    for name in BEFORE_NESTING:
+        value = values.pop(name, None)
+        if name in declared and value is not None:
+            own.setdefault(name, value)
+    return {**values, "learner_options": own}
 
 
 def make_config(preset: str = DEFAULT_PRESET, archs: Sequence[str] | None = None,
                 static_archs: Sequence[str] | None = None, **overrides) -> TrainConfig:
     """A validated config: the preset's values, then ``overrides`` (fields set to None are
-    treated as not given); ``archs``, ``static_archs``: the nets the env's task offers (see
-    :meth:`TrainConfig.validate`)."""
+    treated as not given): common fields, the learner's options by name, or ``learner_options``;
+    ``archs``, ``static_archs``: the nets the env's task offers (see :meth:`TrainConfig.validate`)."""
     if preset not in PRESET_VALUES:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = set(overrides) - known
+    declared = learner_spec(overrides.get("agent") or TrainConfig.agent).option_names()
+    options = {name: value for name, value in PRESET_VALUES[preset].items() if name in declared}
+    options.update(overrides.pop("learner_options", None) or {})
+    unknown = set(overrides) - COMMON - declared_options()
     if unknown:
         raise ValueError(f"unknown config fields {sorted(unknown)}")
-    values = {**PRESET_VALUES[preset], **{k: v for k, v in overrides.items() if v is not None}}
-    return TrainConfig(preset=preset, **values).validate(archs, static_archs)
+    given = {name: value for name, value in overrides.items() if value is not None}
+    options.update({name: value for name, value in given.items() if name not in COMMON})
+    values = {**{name: value for name, value in PRESET_VALUES[preset].items() if name in COMMON},
+              **{name: value for name, value in given.items() if name in COMMON}}
+    return TrainConfig(preset=preset, **values, learner_options=options).validate(archs, static_archs)

@@ -38,27 +38,49 @@ REFUSALS = {
     "c_mod_routing": "--c-mod-routing lets the actor's routers see c_mod's gradient; critics learn routing through cost "
                      "prediction with d̂ constant (paper Section 4.2), not {agent!r}: drop it",
     "sb3_kwargs": "sb3_kwargs configure the SB3 agents (dqn, ppo, a2c), not {agent!r}; drop --sb3-kwargs",
+    "execution": "--execution {value} chooses how a critic trains; {agent!r} does not read it: drop it",
+    "joint_execution": "--joint-execution chooses how the routing env trains the features under dqn, ppo and a2c; "
+                       "{agent!r} does not train through the env: drop it",
 }
-"""Settings only some learners read (config field → the one line that refuses any other value
-than the field's default); a learner refuses each it does not name in ``LearnerSpec.reads``."""
+"""How a learner refuses a setting it does not read, in one line (``{agent}``: the learner,
+``{value}``: the value given): an option its options do not declare, whatever its value (a
+learner without such a line says so in :func:`undeclared_option`'s words); ``error_cost``, a
+common field, when it is not the default and the learner does not name it in ``LearnerSpec.reads``."""
 
 
 @dataclass
 class LearnerOptions:
-    """The settings whose defaults belong to the learner (None in ``config.json``: the
-    learner's default). A learner subclasses it, changes the defaults it owns and adds its own
-    fields: those without a field of the same name in the run's config are flags of their
-    own (``gain`` → ``--gain``) and travel in the config's ``learner_options``. A default that
-    depends on another option is None here and filled in ``__post_init__``."""
+    """The settings a learner reads beyond the common config: what ``config.json`` keeps under
+    ``learner_options`` and ``config.options`` gives. A learner subclasses it, changes the
+    defaults it owns and adds its own fields; each field is a flag (``gain`` → ``--gain``). A
+    field of the same name as a common field (``lr``) is that field's default for this
+    learner: the common field, when given, wins. A default that depends on another option is
+    None here and filled in ``__post_init__``, which also refuses a bad value in one line."""
 
     policy: str | None = None  # the training routing policy; None: the first of LearnerSpec.policies
     lr: float | None = LR
-    router_lr_scale: float | None = 1.0
-    head_weight: float | None = 0.0
-    utility_error: str | None = "cross_entropy"
-    tau: float | None = 0.1
-    epsilon: float | None = 1.0
-    double_q: bool | None = False
+
+
+@dataclass(frozen=True)
+class EnvTraining:
+    """How a learner that trains through the routing env (the SB3 agents) trains, resumes and
+    is loaded, instead of a builder's gradient steps under the run's trainer.
+
+    train: ``(config, task, run_dir, device, resume, cost, figures, splits)`` → a result with
+    ``net``, ``history`` and ``evaluations(examples)`` (:class:`routing_rl.agents.sb3.SB3Result`).
+    load: ``(run_dir, device)`` → its trained net; RunError-worthy ValueError while unfinished.
+    has_checkpoint: ``run_dir`` → whether a run of it can resume. check: ``config`` → None, or
+    ValueError in one line for settings it refuses (run before the run folder exists).
+    check_fits: ``(config, task, device)`` → None, or MemoryError saying what would fit.
+    sizes: ``config`` → the settings that size its memory, for the out-of-memory line.
+    """
+
+    train: Callable
+    load: Callable
+    has_checkpoint: Callable
+    check: Callable
+    check_fits: Callable
+    sizes: Callable
 
 
 @dataclass(frozen=True)
@@ -66,22 +88,21 @@ class LearnerSpec:
     """One learner as the run sees it.
 
     name: ``--agent``. options: its :class:`LearnerOptions` subclass. policies: the training
-    routing policies it can use, its default first (empty: it has none). executions: the
-    values of ``--execution`` it reads. builder: ``(net, config, device, cost) -> Learner``;
-    None for a learner that trains through the routing env (the SB3 agents), which reads
-    ``--joint-execution``, ``--n-envs``, ``--sb3-kwargs``. nets: ``routed`` (nets with
-    junctions), ``static`` (nets without) or ``chain`` (the paper's chain only, on the paper's
-    tasks). routers: it has routers to read a dynamic k_cpt and exit confidence. reads: the
-    settings of :data:`REFUSALS` it reads; it refuses the others. refuses: more config fields
-    → the one line that refuses a value other than the field's default (``{agent}`` names the
-    learner, ``{value}`` the value). max_seed: the largest seed it can be given.
+    routing policies it can use, its default first (empty: it has none). builder: ``(net,
+    config, device, cost) -> Learner``, trained by the run's trainer; or env_training
+    (:class:`EnvTraining`) for a learner that trains through the routing env. nets: ``routed``
+    (nets with junctions), ``static`` (nets without) or ``chain`` (the paper's chain only, on
+    the paper's tasks). routers: it has routers to read a dynamic k_cpt and exit confidence.
+    reads: the common settings of :data:`REFUSALS` it reads; it refuses the others. refuses:
+    more settings → the one line that refuses them (``{agent}`` names the learner, ``{value}``
+    the value). max_seed: the largest seed it can be given. aliases: other names it answers to.
     """
 
     name: str
     options: type[LearnerOptions] = LearnerOptions
     policies: tuple[str, ...] = ()
-    executions: tuple[str, ...] = ("full",)
     builder: Callable | None = None
+    env_training: EnvTraining | None = None
     nets: str = "routed"
     routers: bool = True
     reads: tuple[str, ...] = ()
@@ -91,11 +112,14 @@ class LearnerSpec:
 
     @property
     def trains_through_env(self) -> bool:
-        return self.builder is None
+        return self.env_training is not None
 
     @property
     def refusals(self) -> dict[str, str]:
         return {**{name: line for name, line in REFUSALS.items() if name not in self.reads}, **self.refuses}
+
+    def option_names(self) -> set[str]:
+        return {f.name for f in dataclasses.fields(self.options)}
 
 
 _REGISTRY: dict[str, LearnerSpec] = {}
@@ -108,6 +132,8 @@ def register_learner(spec: LearnerSpec) -> LearnerSpec:
     imported again)."""
     if not dataclasses.is_dataclass(spec.options) or not issubclass(spec.options, LearnerOptions):
         raise TypeError(f"learner {spec.name!r}: options must be a dataclass subclassing LearnerOptions")
+    if (spec.builder is None) == (spec.env_training is None):
+        raise TypeError(f"learner {spec.name!r}: give a builder, or env_training for a learner that trains through the env")
     _REGISTRY[spec.name] = spec
     _ALIASES.update({alias: spec.name for alias in spec.aliases})
     return spec
@@ -157,3 +183,24 @@ def learner_names() -> tuple[str, ...]:
     """Every registered learner, the package's own included."""
     _load_package_learners()
     return tuple(_REGISTRY)
+
+
+def declared_options() -> set[str]:
+    """Every option a registered learner declares."""
+    return {name for learner in learner_names() for name in learner_spec(learner).option_names()}
+
+
+def option_readers(name: str) -> tuple[str, ...]:
+    """The registered learners whose options declare ``name``."""
+    return tuple(agent for agent in learner_names() if name in learner_spec(agent).option_names())
+
+
+def undeclared_option(spec: LearnerSpec, name: str, value) -> str:
+    """The one line that refuses ``name`` given to ``spec``'s learner, whose options do not declare it."""
+    if name in spec.refusals:
+        return spec.refusals[name].format(agent=spec.name, value=value)
+    readers = option_readers(name)
+    flag = "--" + name.replace("_", "-")
+    if not readers:
+        return f"agent {spec.name!r} has no option {name}; drop it from learner_options"
+    return f"{flag} is read by {', '.join(readers)}; agent {spec.name!r} does not read it: drop it"

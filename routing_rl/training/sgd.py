@@ -58,9 +58,10 @@ class SGDOptions:
 
     @classmethod
     def from_config(cls, config: TrainConfig, **overrides):
-        """The options ``config`` sets (fields of the same name), then ``overrides``."""
-        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
-        values["lr"], values["router_lr_scale"] = config.resolved_lr, config.resolved_router_lr_scale
+        """The options ``config`` sets (settings of the same name, the learner's defaults filled
+        in: :meth:`~routing_rl.training.config.TrainConfig.resolved_values`), then ``overrides``."""
+        settings = config.resolved_values()
+        values = {f.name: settings[f.name] for f in dataclasses.fields(cls) if f.name in settings}
         return cls(**{**values, **overrides})
 
 
@@ -187,11 +188,12 @@ def node_weights(node: Node, with_router: bool = True) -> list[torch.nn.Paramete
 
 def training_policy(config: TrainConfig) -> TrainingPolicy:
     """The config's training routing policy with its schedule and floor."""
-    name = config.resolved_policy
+    options = config.options
+    name = options.policy
     if name == "softmax":
-        return TrainingPolicy(name, config.resolved_tau, config.tau_half_life, config.probability_floor)
+        return TrainingPolicy(name, options.tau, options.tau_half_life, config.probability_floor)
     if name == "eps-greedy":
-        return TrainingPolicy(name, config.resolved_epsilon, config.epsilon_half_life, config.probability_floor)
+        return TrainingPolicy(name, options.epsilon, options.epsilon_half_life, config.probability_floor)
     return TrainingPolicy(name, 0.0, 1.0, config.probability_floor)
 
 
