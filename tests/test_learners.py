@@ -251,3 +251,16 @@ def test_a_learner_that_trains_through_the_env_is_run_by_its_spec(tiny_data, cac
     assert runs.has_checkpoint(tmp_path / "run", config)
     runs.load_run(tmp_path / "run")
     assert calls == ["check", "check_fits", "train", "has_checkpoint", "check", "load"]
+
+
+def test_a_sweeps_shared_option_goes_to_the_runs_whose_learner_reads_it():
+    """``--set tau_half_life=7`` is every run's schedule, as a preset's half-lives are: the
+    learners that read it take it, the static nets (which would refuse it) do not get it."""
+    from routing_rl.app.sweep import sweep_configs
+
+    configs = sweep_configs(["actor", "pragmatic-critic"], [4e-9], static_columns=[2], preset="smoke",
+                            tau_half_life=7, k_ure=0.01)
+    options = {config.agent: config.learner_options for config in configs}
+    assert "tau_half_life" not in options["static"] and "k_ure" not in options["actor"]
+    assert (options["actor"]["tau_half_life"], options["pragmatic-critic"]["tau_half_life"]) == (7, 7)
+    assert options["pragmatic-critic"]["k_ure"] == 0.01

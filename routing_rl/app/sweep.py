@@ -24,6 +24,7 @@ from routing_rl.app.runs import (METRICS_FILE, RunError, final_validation_accura
 from routing_rl.app.workers import default_workers, gpu_slots, in_this_process, local_workers, ray_tasks, uses_gpus
 from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, make_config
 from routing_rl.training.interrupt import Interrupted, handling_signals
+from routing_rl.training.learners import declared_options, learner_spec
 
 LR_CANDIDATES = (0.1, 0.05, 0.02, 0.01)
 """Learning rates :func:`select_static_lr` tries, in order of preference on a tie."""
@@ -62,7 +63,8 @@ def sweep_configs(
 ) -> list[TrainConfig]:
     """Every (agent, k_cpt, seed) on ``arch`` (default: the env task's, ``chain`` for the
     paper's images), plus static nets with the given column counts. ``overrides`` are config
-    fields, ``env`` (any registered routing task) included.
+    fields, ``env`` (any registered routing task) included, and learners' options, each given
+    to the runs whose learner reads it (:func:`read_by`).
 
     ``static_lr``: the static nets' learning rate when it is not the routed learners' (deep
     static nets without intermediate heads can stall at lr 0.1; choose it on validation
@@ -73,14 +75,23 @@ def sweep_configs(
     static = dict(overrides, lr=static_lr) if static_lr is not None else overrides
     for seed in seeds:
         for n in static_columns:
-            configs.append(make_config(preset, task.all_archs(), task.static_archs(), agent="static", arch=f"static-{n}", seed=seed, **static))
+            configs.append(make_config(preset, task.all_archs(), task.static_archs(), agent="static", arch=f"static-{n}", seed=seed,
+                                       **read_by("static", static)))
         for agent in agents:
             for k_cpt in k_cpts:
                 configs.append(make_config(preset, task.all_archs(), task.static_archs(), agent=agent, arch=arch or task.default_arch(agent),
-                                           k_cpt=k_cpt, seed=seed, **overrides))
+                                           k_cpt=k_cpt, seed=seed, **read_by(agent, overrides)))
     for config in configs:
         config.run_name = run_name(config)
     return configs
+
+
+def read_by(agent: str, overrides: dict) -> dict:
+    """``overrides`` shared by a sweep's runs as ``agent``'s run takes them: a learner's option
+    only where the learner reads it, as a preset's half-lives are (``--set tau_half_life=100``
+    changes the routing learners' schedule, not the static nets')."""
+    declared, options = learner_spec(agent).option_names(), declared_options()
+    return {name: value for name, value in overrides.items() if name not in options or name in declared}
 
 
 def config_differences(saved: TrainConfig, wanted: TrainConfig) -> list[str]:
@@ -205,7 +216,7 @@ def select_static_lr(
     configs = []
     for lr in candidates:
         config = make_config(preset, task.all_archs(), task.static_archs(), agent="static", arch=f"static-{columns}", lr=lr, seed=seed,
-                             **{**overrides, "iterations": trial_iterations, "eval_every": trial_iterations})
+                             **read_by("static", {**overrides, "iterations": trial_iterations, "eval_every": trial_iterations}))
         config.run_name = f"lrsel-static-{columns}-lr{lr:g}"
         configs.append(config)
     accuracies = []
