@@ -826,8 +826,8 @@ class SB3Options(LearnerOptions):
 
     algorithm: ClassVar[str]
     lr: float | None = JOINT_LR
-    joint_execution: str = "full"
-    uniform_weight: float = 1.0
+    joint_execution: str = JointTraining.execution
+    uniform_weight: float = JointTraining.uniform_weight
     n_envs: int = 256
     sb3_kwargs: dict = field(default_factory=dict)
 

@@ -334,11 +334,11 @@ def _dqn(device: torch.device):
                   torch.randint(0, 2, (len(images),), generator=generator))
     dataset = RoutingDataset("random", tuple(str(c) for c in range(CLASSES)), split, split, {}, SOURCES)
     config = make_config("paper", agent="dqn", sb3_kwargs={"learning_starts": 0})
-    env = RoutingSB3VecEnv(config.n_envs, seed=0, dataset=dataset, train=True, device=device,
+    env = RoutingSB3VecEnv(config.options.n_envs, seed=0, dataset=dataset, train=True, device=device,
                         joint=JointTraining.from_config(config))
     env.traffic.record_side_exits = config.side_heads  # as train_sb3 trains DQN
     model = ALGORITHMS["dqn"]("MlpPolicy", env, routed_net=env.net, feature_trainer=env.trainer, routing={},
-                              seed=0, device=device, **sb3_kwargs(config, config.n_envs))
+                              seed=0, device=device, **sb3_kwargs(config, config.options.n_envs))
     return model, env.trainer
 
 

@@ -81,13 +81,13 @@ class JointTraining(SGDOptions):
     lr: float = JOINT_LR
     batch_size: int = TrainConfig.batch_size
     augment: bool = True
-    execution: str = TrainConfig.joint_execution
-    uniform_weight: float = TrainConfig.uniform_weight
+    execution: str = "full"
+    uniform_weight: float = 1.0
 
     @classmethod
     def from_config(cls, config: TrainConfig, **overrides):
-        """As :meth:`SGDOptions.from_config`; ``execution`` is the config's ``joint_execution``."""
-        return super().from_config(config, **{"execution": config.joint_execution, **overrides})
+        """As :meth:`SGDOptions.from_config`; ``execution`` is the learner's ``joint_execution``."""
+        return super().from_config(config, **{"execution": config.options.joint_execution, **overrides})
 
     def __post_init__(self) -> None:
         if self.execution not in EXECUTIONS:

@@ -55,7 +55,7 @@ def test_expected_cost_equals_the_sum_over_paths(dynamic_k_cpt):
         assert set(k_cpt.tolist()) <= set(K_CPT_VALUES) and len(set(k_cpt.tolist())) > 1
 
     out = net(data.images, k_cpt)
-    tau = 0.7 * 0.5 ** (5 / config.tau_half_life)
+    tau = 0.7 * 0.5 ** (5 / config.options.tau_half_life)
     probs = {j: 0.99 * F.softmax(s / tau, 1) + 0.01 / s.shape[1] for j, s in out.scores.items()}
     err = cpt = dec = 0.0
     for leaf in net.leaves:
@@ -65,7 +65,7 @@ def test_expected_cost_equals_the_sum_over_paths(dynamic_k_cpt):
         err = err + p * F.cross_entropy(out.logits[leaf], data.labels, reduction="none")
         cpt = cpt + p * k_cpt * net.path_macs(leaf)
     reach_fork = probs["root"][:, 2]
-    dec = (out.scores["root"].square().sum(1) + reach_fork * out.scores["fork"].square().sum(1)) * config.k_dec
+    dec = (out.scores["root"].square().sum(1) + reach_fork * out.scores["fork"].square().sum(1)) * config.options.k_dec
     torch.testing.assert_close(terms["c_err"], err.mean())
     torch.testing.assert_close(terms["c_cpt"], cpt.mean())
     torch.testing.assert_close(terms["c_dec"], dec.mean())

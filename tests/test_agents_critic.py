@@ -238,10 +238,10 @@ def test_critic_learns_to_take_the_cheap_exit_when_computation_is_expensive(poli
 
 def test_eps_greedy_critics_default_to_the_full_tree_and_annealed_exploration_from_one():
     config = make_config("quick", agent="critic", policy="eps-greedy")
-    assert config.agent == "pragmatic-critic" and config.execution == "full"
-    assert make_config("quick", agent="critic", policy="eps-greedy", execution="sampled").side_heads
+    assert config.agent == "pragmatic-critic" and config.options.execution == "full"
+    assert make_config("quick", agent="critic", policy="eps-greedy", execution="sampled").options.side_heads
     policy = training_policy(config)
-    assert policy.value(0) == 1.0 and policy.value(config.epsilon_half_life) == pytest.approx(0.5)
+    assert policy.value(0) == 1.0 and policy.value(config.options.epsilon_half_life) == pytest.approx(0.5)
     assert make_config("quick", agent="optimistic-critic", policy="eps-greedy").options.epsilon == 1.0
     assert make_config("quick", agent="dqn", policy="eps-greedy").options.epsilon == 0.1, "DQN's is its final rate"
     assert make_config("quick", agent="critic", policy="eps-greedy", epsilon=0.2).options.epsilon == 0.2
@@ -355,9 +355,9 @@ def test_routers_step_at_their_own_learning_rate(agent, scale, resolved):
 
 def test_configs_saved_while_eps_greedy_critics_sampled_keep_sampling():
     saved = flat_config(make_config("smoke", agent="critic", policy="eps-greedy"))
-    assert TrainConfig.from_json(json.dumps(saved)).execution == "full"
+    assert TrainConfig.from_json(json.dumps(saved)).options.execution == "full"
     saved["execution"] = None  # written when None meant the agent's default, and before the full tree was every policy's
     del saved["router_lr_scale"], saved["score_start"]
-    assert TrainConfig.from_json(json.dumps(saved)).execution == "sampled"
+    assert TrainConfig.from_json(json.dumps(saved)).options.execution == "sampled"
     saved["policy"] = "softmax"
-    assert TrainConfig.from_json(json.dumps(saved)).execution == "full"
+    assert TrainConfig.from_json(json.dumps(saved)).options.execution == "full"

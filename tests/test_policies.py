@@ -24,7 +24,7 @@ def test_every_preset_halves_tau_with_the_learning_rate(preset):
     # a policy that hardens faster than the columns slow down commits before its heads are trained
     # (docs/suite.md, "Both schedules over three seeds on all sixteen cells")
     config = make_config(preset, agent="actor")
-    assert config.tau_half_life == config.lr_half_life
+    assert config.options.tau_half_life == config.lr_half_life
 
 
 def test_halving_is_continuous():

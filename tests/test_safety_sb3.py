@@ -129,12 +129,12 @@ def test_a_signal_within_a_rollout_stops_ppo_and_a2c_there_and_they_resume_bit_f
     config = short_config(agent, iterations=8, checkpoint_every=4, eval_every=4,
                           sb3_kwargs={"n_steps": n_steps, "policy_kwargs": {"net_arch": [16]}})
     straight = train_sb3(config, tiny_dataset(), tmp_path / "straight", CPU)
-    rollouts = straight.model.num_timesteps // (n_steps * config.n_envs)
+    rollouts = straight.model.num_timesteps // (n_steps * config.options.n_envs)
     assert rollouts == (0 if n_steps == 64 else 3), "the budget ends within the first rollout, or in the fourth"
     ctrl_c = SignalAt(at)
     with pytest.raises(Interrupted) as stop:
         train_sb3(config, tiny_dataset(), tmp_path / "stopped", CPU, callbacks=[ctrl_c])
-    assert ctrl_c.model.num_timesteps == at * config.n_envs, "stopped before the next environment step"
+    assert ctrl_c.model.num_timesteps == at * config.options.n_envs, "stopped before the next environment step"
     assert checkpoints(tmp_path / "stopped")[0].name == f"{agent}_{stop.value.iteration}_iterations.zip"
     resumed = train_sb3(config, tiny_dataset(), tmp_path / "stopped", CPU, resume=True)
     assert_same_run(straight, resumed, f"at environment step {at}, within a rollout of {n_steps}")

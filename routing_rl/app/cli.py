@@ -46,7 +46,9 @@ HELP = {
     "dataset": "dataset of the image envs: " + ", ".join(DATASETS) + " (the hybrid-* are the task suite's variants); default: the env's",
     "arch": "network: chain, tree, or static-N (N = 1..8) for the static agent; on the image tasks also CIFAR ResNets "
             "with an exit after each stage, resnet20-exits, resnet32-exits, resnet56-exits, and for the static agent the "
-            "plain resnetD and its prefixes resnetD-exit1, resnetD-exit2 (docs/own-network.md); a plug-in task names its own, and "
+            "plain resnetD and its prefixes resnetD-exit1, resnetD-exit2; an exit every B blocks: resnetD-exits-everyB "
+            "(resnet20/32/56-exits-every1, resnet56-exits-every3; static: resnetD-everyB, resnetD-exitK-everyB) "
+            "(docs/own-network.md); a plug-in task names its own, and "
             "static-LEAF for the static agent (default: the task's: chain, static-8 for the static agent; a plug-in's "
             "first arch, its deepest static-LEAF for the static agent)",
     "width": "channel multiplier of every column",

@@ -67,7 +67,7 @@ BEFORE_NESTING = {
 }
 """The learners' options that were fields of the config before they nested under
 ``learner_options``, with their defaults then: a config.json or checkpoint of then names them
-at its top level (:func:`nested` moves them), and ``config.<name>`` still reads one."""
+at its top level (:func:`nested` moves them)."""
 RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
 
@@ -315,28 +315,6 @@ class TrainConfig:
         atomic_write_text(Path(path), self.to_json())
 
 
-class _Option:
-    """``config.<name>`` of an option in :data:`BEFORE_NESTING`, for code written before the
-    nesting: ``config.options.<name>`` (AttributeError where the learner has no such option);
-    on the class, the field's default then. Setting it sets the learner's option."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __get__(self, config, owner=None):
-        if config is None:
-            return BEFORE_NESTING[self.name]
-        options = config.options
-        if not hasattr(options, self.name):
-            raise AttributeError(f"agent {config.agent!r} has no option {self.name}")
-        return getattr(options, self.name)
-
-    def __set__(self, config, value) -> None:
-        config.learner_options[self.name] = value
-
-
-for _name in BEFORE_NESTING:
-    setattr(TrainConfig, _name, _Option(_name))
 COMMON = frozenset(f.name for f in dataclasses.fields(TrainConfig)) - {"learner_options"}
 """The settings every run shares: the config's own fields."""
 ERROR_COST = TrainConfig.error_cost
