@@ -13,6 +13,7 @@ from routing_rl.core.execution import dynamic
 from routing_rl.envs.image_task import ImageTask
 from routing_rl.nets import resnet
 from routing_rl.nets.routable import load_backbone
+from routing_rl.training.config import TrainConfig
 from routing_rl.training.evaluate import evaluate
 from helpers import randomize_routers, varied_images
 
@@ -192,3 +193,14 @@ def test_the_command_line_trains_resnets_with_an_exit_every_block(flags, leaves,
     train_on_tiny_cifar(tiny_data, tmp_path / "runs", capsys, *flags)
     config, _, net = load_run(tmp_path / "runs" / "run")
     assert config.arch == flags[-1] and net.leaves == leaves
+
+
+def test_an_unknown_arch_names_the_learners_kind_of_net_and_not_all_of_them():
+    task = ImageTask("cifar10", download=False)
+    static, everything = task.static_archs(), task.all_archs()
+    with pytest.raises(ValueError, match=r"choose one of static-1, .* and \d+ more \(--help\)$") as error:
+        TrainConfig(agent="static", env="routing_rl/CIFAR10Routing-v0", arch="resnet99").validate(everything, static)
+    assert "-exits" not in str(error.value), "the static agent is offered nets without junctions only"
+    with pytest.raises(ValueError, match="unknown arch 'resnet99'; choose one of chain, tree, resnet20-exits") as error:
+        TrainConfig(agent="actor", env="routing_rl/CIFAR10Routing-v0", arch="resnet99").validate(everything, static)
+    assert "static-1" not in str(error.value) and "resnet56-exits-every3" in str(error.value)

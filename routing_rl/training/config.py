@@ -68,6 +68,8 @@ BEFORE_NESTING = {
 """The learners' options that were fields of the config before they nested under
 ``learner_options``, with their defaults then: a config.json or checkpoint of then names them
 at its top level (:func:`nested` moves them)."""
+ARCHS_SHOWN = 16
+"""Archs an unknown-arch error names (an image task has dozens of ResNet prefixes)."""
 RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
 
@@ -250,7 +252,9 @@ class TrainConfig:
                 raise ValueError("no arch given; choose one of the task's: " + ", ".join(archs))
             self.arch = "static-8" if learner.nets == "static" else "chain"
         if self.arch not in archs:
-            raise ValueError(f"unknown arch {self.arch!r}; choose one of {', '.join(archs)}")
+            names = (static if learner.nets == "static" else routed) or archs
+            shown = ", ".join(names[:ARCHS_SHOWN]) + (f" and {len(names) - ARCHS_SHOWN} more (--help)" if len(names) > ARCHS_SHOWN else "")
+            raise ValueError(f"unknown arch {self.arch!r}; choose one of {shown}")
         if known_static and learner.nets == "static" and self.arch not in static:
             if not static:
                 raise ValueError("the static agent trains nets without junctions, and this task has none; pick another agent")
