@@ -105,7 +105,7 @@ from typing import ClassVar
 from routing_rl.training.config import COUNT, EXECUTIONS, KIND_NAMES, NON_NEGATIVE, POSITIVE, TrainConfig, check_range
 from routing_rl.training.learners import JOINT_LR, EnvTraining, LearnerOptions, LearnerSpec, register_learner
 from routing_rl.core.files import atomic_write
-from routing_rl.core.k_cpt import CostModel, eval_values
+from routing_rl.core.k_cpt import K_CPT_UNIT, CostModel, eval_values
 from routing_rl.core.seeds import manual_seed
 from routing_rl.training.checkpoint import CheckpointError
 from routing_rl.training.guard import NonFiniteLossError, diverged
@@ -469,6 +469,9 @@ def _saved_settings(path: Path) -> tuple[dict, dict]:
     if not isinstance(routing, dict) or not {"agent", "sb3", "n_envs", "joint"} <= set(routing) or routing["agent"] not in ALGORITHMS:
         raise SB3LoadError(f"{path} was not saved by this version of routing-rl's SB3 agents (no routing settings); "
                            "train it again")
+    if routing.get("k_cpt") == "dynamic" and routing.get("k_cpt_unit") != K_CPT_UNIT:
+        raise SB3LoadError(f"{path} was trained when observations gave a dynamic k_cpt as k_cpt × 1e7, not on today's "
+                           "log scale, so its policy would misread every k_cpt; train it again")
     return data, routing
 
 
@@ -731,7 +734,7 @@ def train_sb3(config: TrainConfig, task: RoutingTask | RoutingDataset, run_dir: 
     kwargs = sb3_kwargs(config, n_envs)
     routing = {"agent": config.agent, "env": env_id, "dataset": config.dataset, "arch": config.arch,
                "width": config.width, "classes": len(task.classes), "k_cpt": config.k_cpt,
-               "exit_confidence": config.exit_confidence,
+               "exit_confidence": config.exit_confidence, "k_cpt_unit": K_CPT_UNIT,
                "joint": dataclasses.asdict(joint), "sb3": kwargs, "n_envs": n_envs}
 
     history_path = run_dir / HISTORY_FILE

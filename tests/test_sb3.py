@@ -2,12 +2,14 @@
 
 import csv
 import json
+import zipfile
 
 import numpy as np
 import pytest
 import torch
 from routing_rl.agents.sb3 import (
     ALGORITHMS,
+    SB3LoadError,
     latest_checkpoint,
     load_sb3,
     sb3_decide,
@@ -185,6 +187,17 @@ def test_dynamic_k_cpt_agent_is_judged_at_every_cost(tmp_path):
     assert result.model.observation_space.shape[0] == 2048 + 7 + 1
     evaluations = result.evaluations(tiny_dataset().test)
     assert [e["k_cpt"] for e in evaluations] == result.k_cpts and len(evaluations) == 8
+    load_sb3(tmp_path / "model.zip", device="cpu")
+    with zipfile.ZipFile(tmp_path / "model.zip") as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    data = json.loads(entries["data"])
+    del data["routing"]["k_cpt_unit"]  # as saved when observations gave k_cpt × 1e7
+    entries["data"] = json.dumps(data).encode()
+    with zipfile.ZipFile(tmp_path / "before.zip", "w") as archive:
+        for name, content in entries.items():
+            archive.writestr(name, content)
+    with pytest.raises(SB3LoadError, match="k_cpt × 1e7, not on today's log scale"):
+        load_sb3(tmp_path / "before.zip", device="cpu")
 
 
 def test_load_into_an_env_shares_its_net_and_trainer(tmp_path):
