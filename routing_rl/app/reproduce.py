@@ -46,7 +46,7 @@ from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_argumen
                                   sweep_configs)
 from routing_rl.core.memory import retain_freed_memory
 from routing_rl.nets.multiscale import build
-from routing_rl.training.config import PRESET_VALUES, TrainConfig
+from routing_rl.training.config import BEFORE_NESTING, PRESET_VALUES, TrainConfig
 
 K_CPTS = (0.0, 4e-9, 1.6e-8, 6.4e-8)
 """The k_cpt values of every learner series by default: every other one of the paper's eight
@@ -104,7 +104,7 @@ class Series:
         is in the run name already)."""
         name = self.base
         for key, value in sorted(self.settings.items()):  # a learner's option against its default before the nesting
-            if key not in ("dataset", "width", "arch") and value != getattr(TrainConfig, key):
+            if key not in ("dataset", "width", "arch") and value != BEFORE_NESTING.get(key, getattr(TrainConfig, key, None)):
                 name += f"-{key.replace('_', '')}{value if not isinstance(value, bool) else ('on' if value else 'off')}"
         return name + self.tag
 
