@@ -1,7 +1,8 @@
 """Confidence-threshold early exit: an extra baseline beside the paper's learners.
 
-One chain is trained with a head at every column and the cross-entropies of all heads summed
-(no routing is learned; the routers are never used). At inference an example leaves at the
+One chain is trained with a head at every column and the cross-entropies of all heads summed,
+every head but the deepest weighed by ``exit_weight`` (no routing is learned; the routers are
+never used). At inference an example leaves at the
 first head whose **maximum softmax probability** reaches that head's threshold; the last head
 takes everyone left.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +40,7 @@ from routing_rl.agents.base import SGDLearner
 from routing_rl.training.episodes import frame_examples
 from routing_rl.training.sgd import leaf_errors, scalars
 from routing_rl.training.config import TrainConfig
-from routing_rl.training.learners import LearnerSpec, register_learner
+from routing_rl.training.learners import LearnerOptions, LearnerSpec, register_learner
 from routing_rl.data import Split
 from routing_rl.core.execution import Decide, Junction
 from routing_rl.core.graph import RoutedNet
@@ -92,6 +94,23 @@ def exit_positions(confidence: torch.Tensor, thresholds: torch.Tensor) -> torch.
     return (confidence >= bar).int().argmax(1)
 
 
+@dataclass
+class ThresholdOptions(LearnerOptions):
+    """``exit_weight``: the weight of every head but the deepest in the training loss, beside
+    the deepest head's 1. At 1 every head counts alike (MSDNet's sum). Each early head's
+    gradient reaches only the stages before it, so the shared early stages learn for every
+    head at once; below 1 they lean towards the features the deepest head needs, as the
+    smaller weights Shallow-Deep Networks give their early heads do."""
+
+    exit_weight: float = field(default=1.0, metadata={"help": "weight of every head but the deepest in the training loss "
+                                                              "(1: all alike; below 1 favours the deepest head)"})
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.exit_weight <= 1:
+            raise ValueError(f"--exit-weight must lie in [0, 1] (an early head's weight beside the deepest head's 1), "
+                             f"got {self.exit_weight!r}")
+
+
 class ThresholdLearner(SGDLearner):
     """Trains every head of a chain and exits early on confidence thresholds.
 
@@ -109,11 +128,14 @@ class ThresholdLearner(SGDLearner):
         self.chain_leaf_cost = self.cost.leaf[indices]
         self.junction_position = {name: k for k, name in enumerate(net.junctions)}
         self.thresholds = torch.full((len(net.junctions),), math.inf, dtype=torch.float64)
+        weights = torch.ones(len(net.leaves))
+        weights[indices[:-1]] = config.options.exit_weight
+        self.head_weights = weights.to(device)  # (leaves,): each head's weight in c_err
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         out = self.net(batch.images)
         errors = leaf_errors(self.net, out, batch.labels, error=self.error_cost)
-        c_err = errors.sum(1).mean()
+        c_err = (errors * self.head_weights).sum(1).mean()
         c_mod = self.c_mod()
         lr = self.step(c_err + c_mod, iteration)
         last = out.logits[self.chain_leaves[-1]]
@@ -284,4 +306,4 @@ def _chain_leaves(net: RoutedNet) -> tuple[list[str], dict[str, int]]:
     return exits + last, exit_sink
 
 
-register_learner(LearnerSpec("threshold", builder=ThresholdLearner, nets="chain", routers=False))
+register_learner(LearnerSpec("threshold", options=ThresholdOptions, builder=ThresholdLearner, nets="chain", routers=False))

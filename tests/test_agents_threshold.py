@@ -59,6 +59,25 @@ def test_threshold_learner_trains_every_head(trained):
         assert trained.net.nodes[leaf].transform.linear.weight.grad.abs().max() > 0
 
 
+@pytest.mark.parametrize("exit_weight", [0.0, 0.25])
+def test_exit_weight_scales_every_early_heads_gradient_and_not_the_deepest(exit_weight):
+    grads = {}
+    for weight in (1.0, exit_weight):
+        config = make_config("smoke", agent="threshold", arch="chain", lr=0.02, k_l2=0.0, exit_weight=weight)
+        learner = make_learner(config, 2, torch.device("cpu"))
+        learner.train_step(varied_split(16, 0), 0)  # the first step: same weights, so gradients compare
+        grads[weight] = {leaf: learner.net.nodes[leaf].transform.linear.weight.grad.clone() for leaf in learner.net.leaves}
+    leaves = learner.chain_leaves
+    for leaf in leaves[:-1]:
+        torch.testing.assert_close(grads[exit_weight][leaf], exit_weight * grads[1.0][leaf])
+    torch.testing.assert_close(grads[exit_weight][leaves[-1]], grads[1.0][leaves[-1]])
+
+
+def test_exit_weight_outside_zero_to_one_is_refused():
+    with pytest.raises(ValueError, match=r"--exit-weight must lie in \[0, 1\]"):
+        make_config("smoke", agent="threshold", arch="chain", exit_weight=1.5)
+
+
 def test_before_calibration_everyone_runs_to_the_last_head(trained):
     routed = route(trained.net.eval(), varied_split(6, 1).images, trained.decide(None))
     trained.net.train()
