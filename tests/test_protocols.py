@@ -114,6 +114,19 @@ def test_router_runs_of_another_task_are_refused_before_anything_is_written(tiny
     assert not (tmp_path / "out").exists()
 
 
+def test_a_router_is_judged_against_each_exit_alone_too():
+    exits = [{"series": protocols.ANYTIME, "mean_macs": macs, "accuracy": accuracy}
+             for macs, accuracy in ((10e6, 0.6), (20e6, 0.7), (30e6, 0.8))]
+    budgeted = [{"series": protocols.BUDGETED, "mean_macs": macs, "accuracy": accuracy}
+                for macs, accuracy in ((12e6, 0.65), (25e6, 0.74))]  # the grid of q stops short of the deepest exit
+    deepest, cheaper = ({"series": "actor", "mean_macs": 30e6, "accuracy": 0.8},
+                        {"series": "actor", "mean_macs": 24e6, "accuracy": 0.77})
+    protocols.with_margins([deepest, cheaper], [*exits, *budgeted])
+    assert deepest["vs_budgeted_batch"] == pytest.approx(0.0), "sending everyone to the deepest exit is no gain over it"
+    # the upper hull runs straight from the 12M budget to the deepest exit, above the 20M and 25M points
+    assert cheaper["vs_budgeted_batch"] == pytest.approx(100 * (0.77 - (0.65 + (24 - 12) / (30 - 12) * 0.15)))
+
+
 @pytest.mark.slow
 def test_the_protocols_on_real_cifar10_after_a_short_joint_schedule(real_data_dir, real_cache_dir, tmp_path, capsys,
                                                                      monkeypatch):

@@ -12,7 +12,8 @@
 
 Learned routers (the run folders of routed nets on the same task) are drawn on the same axes
 from their test evaluations; the table gives each one's margin over the budgeted-batch curve
-(the upper-left hull of its test points, :mod:`routing_rl.app.frontier`) at its MACs.
+and each exit alone (the upper-left hull of their test points, :mod:`routing_rl.app.frontier`)
+at its MACs.
 
 ``python experiments/protocols.py RUN_DIR [--routers RUN_DIR ...] --out FOLDER`` writes
 ``protocols.png``, ``protocols.csv`` and ``protocols.md`` and logs the curves to TensorBoard in
@@ -124,9 +125,8 @@ def calibrate_and_apply(validation: tuple[torch.Tensor, torch.Tensor], test: tup
 
 
 def router_points(run_dirs: Sequence[Path], backbone: dict) -> list[dict]:
-    """The test points of finished routed runs, each with its margin (accuracy points ×100)
-    over the budgeted-batch curve's upper-left hull at its MACs; runs of another task than the
-    backbone's are refused."""
+    """The test points of finished routed runs; runs of another task than the backbone's are
+    refused."""
     runs = read_metrics(list(run_dirs))
     for run in runs:
         if task_key(run) != task_key(backbone):
@@ -143,11 +143,19 @@ def protocol_points(run_dir: Path, router_dirs: Sequence[Path] = ()) -> tuple[li
     _, _, validation, test = prepare_data(config, task)
     validation, test = task.examples(validation), task.examples(test)
     points = [*anytime(net, test), *budgeted_batch(net, validation, test)]
-    routers = router_points(router_dirs, backbone)
-    hull = static_frontier((p["mean_macs"], p["accuracy"]) for p in points if p["series"] == BUDGETED)
+    routers = with_margins(router_points(router_dirs, backbone), points)
+    return [*points, *routers], backbone
+
+
+def with_margins(routers: list[dict], points: Sequence[dict]) -> list[dict]:
+    """``routers`` with ``vs_budgeted_batch``: accuracy points (×100) over the upper-left hull of
+    the budgeted-batch points and each exit alone, at the router's mean MACs. Each exit alone is
+    a budget too (everyone leaves there), and the deepest closes the curve's top, which MSDNet's
+    grid of ``q`` stops short of."""
+    hull = static_frontier((p["mean_macs"], p["accuracy"]) for p in points if p["series"] in (BUDGETED, ANYTIME))
     for point in routers:
         point["vs_budgeted_batch"] = frontier_margin(hull, point["accuracy"], point["mean_macs"])
-    return [*points, *routers], backbone
+    return routers
 
 
 def markdown_table(points: Sequence[dict], title: str) -> str:
