@@ -127,6 +127,14 @@ def test_a_router_is_judged_against_each_exit_alone_too():
     assert cheaper["vs_budgeted_batch"] == pytest.approx(100 * (0.77 - (0.65 + (24 - 12) / (30 - 12) * 0.15)))
 
 
+def test_routers_reading_exit_confidence_are_a_series_of_their_own():
+    from routing_rl.app.figures import series_name
+
+    run = {"agent": "actor", "k_cpt": 4e-9, "arch": "resnet20-exits", "config": {"exit_confidence": False}}
+    assert series_name(run) == "actor"
+    assert series_name({**run, "config": {"exit_confidence": True}}) == "actor, reading exit confidence"
+
+
 @pytest.mark.slow
 def test_the_protocols_on_real_cifar10_after_a_short_joint_schedule(real_data_dir, real_cache_dir, tmp_path, capsys,
                                                                      monkeypatch):

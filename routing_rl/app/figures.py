@@ -238,6 +238,8 @@ def series_name(run: dict) -> str:
         name += ", dynamic k_cpt"
     if run["arch"] == "tree":
         name += " (tree)"
+    if isinstance(run.get("config"), dict) and run["config"].get("exit_confidence"):
+        name += ", reading exit confidence"  # routers that also read their heads' confidence: another learner's curve
     return name
 
 
