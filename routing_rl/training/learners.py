@@ -180,9 +180,11 @@ def trains_static_nets(agent: str | None) -> bool:
 
 
 def learner_names() -> tuple[str, ...]:
-    """Every registered learner, the package's own included."""
+    """Every registered learner, the package's own included, by name: not in the order they
+    registered, which depends on what the process imported first (the flag page and ``--help``
+    list options in this order)."""
     _load_package_learners()
-    return tuple(_REGISTRY)
+    return tuple(sorted(_REGISTRY))
 
 
 def declared_options() -> set[str]:
