@@ -76,25 +76,41 @@ def test_deep_static_nets_overfit_only_if_they_fit_the_training_batches_as_well(
             for step in range(1, 11):  # only the last tenth counts
                 writer.add_scalar("charts/train_accuracy", 0.0 if step < 10 else train, step)
         return Point(Series("static nets", "static"), seed, None, test, 1e6, {"arch": name, "history": []}, {}, run_dir)
-    assert reproduce.train_accuracy(tmp_path / "missing") is None
     overfit = reproduce.figures()["hybrid"].claims[1].measure
     deep_fits = Results([run("static-3", s, 0.90, 0.90) for s in (0, 1)] + [run("static-8", s, 0.80 + s / 100, 0.99)
                                                                            for s in (0, 1)], [])
-    assert reproduce.train_accuracy(tmp_path / "static-8-s0") == pytest.approx(0.99)
-    outcome, reason, numbers = overfit(deep_fits)
-    assert outcome == HOLDS, reason
+    outcome = overfit(deep_fits)
+    assert outcome.verdict == HOLDS, outcome.reason
+    assert [(name, part) for name, part, _ in outcome.parts] == [
+        ("less accurate on test than the best of static-1..6", HOLDS), ("while fitting the training batches at least as well", HOLDS)]
     deep_underfits = Results([run("static-3", s, 0.90, 0.90) for s in (0, 1)] + [run("static-8", s, 0.80 + s / 100, 0.50)
                                                                                 for s in (0, 1)], [])
-    outcome, reason, numbers = overfit(deep_underfits)
-    assert outcome == FAILS and "fitting the training batches at least as well: does not hold" in reason
+    outcome = overfit(deep_underfits)
+    assert outcome.verdict == FAILS and "fitting the training batches at least as well: does not hold" in outcome.reason
+
+
+def test_claim_one_has_a_verdict_per_learner_and_the_papers_words():
+    static = Series("static nets", "static")
+    learners = [Series(label, agent) for label, agent in
+                (("actor", "actor"), ("pragmatic critic", "pragmatic-critic"), ("optimistic critic", "optimistic-critic"))]
+    points = [point(static, seed, None, 0.90, 5e6, "static-2") for seed in (0, 1, 2)]
+    points += [point(s, seed, 4e-9, 0.92 + (i == 2) * -0.05 + seed / 1000, 5e6) for i, s in enumerate(learners)
+               for seed in (0, 1, 2)]
+    claim = reproduce.figures()["hybrid"].claims[0]
+    outcome = claim.measure(Results(points, []))
+    assert outcome.verdict == FAILS
+    assert [(name, part) for name, part, _ in outcome.parts] == [("actor", HOLDS), ("pragmatic critic", HOLDS),
+                                                                  ("optimistic critic", FAILS)]
+    assert claim.paper.startswith("“For a given computational budget") and "Sec. 5.1" in claim.paper
+    assert all(c.paper for f in reproduce.figures().values() for c in f.claims)
 
 
 def test_cifar2_claim_fails_when_no_actor_point_reaches_the_best_static_accuracy():
     static, actor = Series("static nets", "static", {"dataset": "cifar2"}), Series("actor, cifar2", "actor", {"dataset": "cifar2"})
     points = [p for seed in (0, 1) for p in (point(static, seed, None, 0.93, 5e6, "static-2"),
                                              point(actor, seed, 4e-9, 0.92 + seed / 1000, 1e6))]
-    outcome, reason, _ = reproduce.figures()["difficulty"].claims[0].measure(Results(points, []))
-    assert outcome == FAILS and "no actor point reaches the best static net's accuracy" in reason
+    outcome = reproduce.figures()["difficulty"].claims[0].measure(Results(points, []))
+    assert outcome.verdict == FAILS and "no actor point reaches the best static net's accuracy" in outcome.reason
 
 
 def test_several_static_learning_rates_plan_one_folder_each(tmp_path, capsys):
@@ -143,7 +159,9 @@ def test_one_smoke_figure_goes_from_sweep_to_report(tmp_path, monkeypatch, capsy
             "--logdir", str(tmp_path / "runs"), "--figures-dir", str(tmp_path / "figures"), "--report", str(report)]
     assert reproduce.main(args) == 0
     text = report.read_text()
-    assert "## Regularization" in text and text.count("- verdict: **") == 2
+    assert "## Regularization" in text and text.count("- verdict: **") == 2 and text.count("- the paper: “") == 2
+    assert "## The schedule" in text and "| static-2 | 0 |" in text  # one seed of each net: too few runs to judge
+    assert "Not enough runs to judge the schedule" in text
     assert text.count("| regularization | ") == 2 + 1  # the verdicts table's rows, and the budget's
     assert "| regularization | 5 | 5 |" in text
     assert "| actor, k_dec 0 | hybrid-w1-kdec0.0 | k_cpt 4e-09 | 0 |" in text

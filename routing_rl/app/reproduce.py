@@ -35,11 +35,13 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib.pyplot as plt
 
 from routing_rl.app.figures import check_out_folder, write_figures
 from routing_rl.app.plots import accuracy_macs_figure
+from routing_rl.app.schedule_check import RISE_LIMIT, StaticRun, schedule_evidence, train_accuracy
 from routing_rl.app.runs import METRICS_FILE, RunError, final_validation_accuracy, has_checkpoint, read_run
 from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, add_schedule_arguments, backend,
                                   exit_status, lr_trial_iterations, run_sweep, schedule_fields, select_static_lr,
@@ -111,11 +113,29 @@ class Series:
 
 @dataclass(frozen=True)
 class Claim:
-    """A paper statement and the function that measures it: ``measure(results)`` returns
-    ``(verdict, reason, numbers)`` (:func:`verdict`, :func:`combine`)."""
+    """A claim as measured here (``statement``, with what "here" means), the paper's own words
+    and what its figures show (``paper``), and the function that measures it:
+    ``measure(results)`` returns an :class:`Outcome`."""
 
     statement: str
+    paper: str
     measure: Callable
+
+
+class Outcome(NamedTuple):
+    """A claim's verdict and why; ``numbers``: name -> per-seed values; ``parts``: (name,
+    verdict, reason) of each part of a claim of several (one per learner where the paper
+    compares learners), empty for a claim of one."""
+
+    verdict: str
+    reason: str
+    numbers: dict
+    parts: tuple = ()
+
+
+def of_parts(parts: Sequence[tuple[str, str, str]], numbers: dict) -> Outcome:
+    """The outcome of a claim of several parts (:func:`combine`)."""
+    return Outcome(*combine(parts), numbers, tuple(parts))
 
 
 @dataclass(frozen=True)
@@ -236,26 +256,6 @@ def read_results(planned: Sequence[tuple[Series, TrainConfig]], k_cpts: Sequence
     return Results(best_static_lr(points), missing)
 
 
-def train_accuracy(run_dir: Path | None, tail: float = 0.1) -> float | None:
-    """The run's training-batch accuracy (0..1) averaged over the last ``tail`` of its logged
-    steps (``charts/train_accuracy`` in its TensorBoard events; a step logged again after a
-    resume counts once, as last written); None where it was not logged. "Last written" is read
-    from each event's wall time, not the files' names, which do not order two files opened in
-    the same second."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    by_step: dict[int, tuple[float, float]] = {}
-    for events in run_dir.glob("events.out.tfevents.*") if run_dir else ():
-        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        accumulator.Reload()
-        if "charts/train_accuracy" in accumulator.Tags()["scalars"]:
-            for e in accumulator.Scalars("charts/train_accuracy"):
-                if e.step not in by_step or e.wall_time >= by_step[e.step][0]:
-                    by_step[e.step] = (e.wall_time, e.value)
-    values = [by_step[step][1] for step in sorted(by_step)]
-    return statistics.fmean(values[-max(1, round(tail * len(values))):]) if values else None
-
-
 def best_static_lr(points: list[Point]) -> list[Point]:
     """Of a static net trained at several learning rates (``--static-lr A B``), the one with
     the best final validation accuracy per seed (a tie: the first listed), as a point of the
@@ -310,7 +310,7 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
 
     def margins_above(results, learners):
         parts = [(s.label, *verdict(per_seed(results, lambda seed, s=s: results.mean_margin(s, seed)))) for s in learners]
-        return (*combine(parts), {s.label: per_seed(results, lambda seed, s=s: results.mean_margin(s, seed)) for s in learners})
+        return of_parts(parts, {s.label: per_seed(results, lambda seed, s=s: results.mean_margin(s, seed)) for s in learners})
 
     def deep_static_overfit(results):
         def best(seed, columns):
@@ -328,13 +328,13 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
         train = per_seed(results, lambda seed: measured[seed][1])
         parts = [("less accurate on test than the best of static-1..6", *verdict(test)),
                  ("while fitting the training batches at least as well", *verdict(train, "not below"))]
-        return (*combine(parts), {"test accuracy, best of static-1..6 − best of static-7, -8": test,
-                                  "training-batch accuracy (last tenth of training), the deep net − the shallow one": train})
+        return of_parts(parts, {"test accuracy, best of static-1..6 − best of static-7, -8": test,
+                               "training-batch accuracy (last tenth of training), the deep net − the shallow one": train})
 
     def learner_order(results):
         gaps = {"actor − pragmatic critic": paired(results, results.mean_margin, actor, pragmatic),
                 "pragmatic − optimistic critic": paired(results, results.mean_margin, pragmatic, optimistic)}
-        return (*combine([(name, *verdict(d)) for name, d in gaps.items()]), gaps)
+        return of_parts([(name, *verdict(d)) for name, d in gaps.items()], gaps)
 
     def dynamic_matches_fixed(results):
         def gap(seed):
@@ -342,7 +342,7 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
             d = [x for x in d if x is not None]
             return statistics.fmean(d) if d else None
         d = per_seed(results, gap)
-        return (*verdict(d, "within", 1.0), {f"dynamic − fixed actor accuracy at k_cpt {', '.join(f'{k:g}' for k in central)}": d})
+        return Outcome(*verdict(d, "within", 1.0), {f"dynamic − fixed actor accuracy at k_cpt {', '.join(f'{k:g}' for k in central)}": d})
 
     def shallow_early(results):
         def growth(seed):
@@ -354,13 +354,13 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
                     changes.append(100 * (last["mean_macs"] - first["mean_macs"]) / max(last["mean_macs"], 1))
             return statistics.fmean(changes) if changes else None
         d = per_seed(results, growth)
-        return (*verdict(d), {"validation MACs, last minus first evaluation (% of last)": d})
+        return Outcome(*verdict(d), {"validation MACs, last minus first evaluation (% of last)": d})
 
     no_kdec = Series("actor, k_dec 0", "actor", {"k_dec": 0.0})
 
     def kdec_needed(results):
         d = paired(results, results.mean_margin, actor, no_kdec)
-        return (*verdict(d), {"actor (k_dec 0.01) − actor (k_dec 0), margin over the static frontier": d})
+        return Outcome(*verdict(d), {"actor (k_dec 0.01) − actor (k_dec 0), margin over the static frontier": d})
 
     regularised = Series("actor, d̂ regularized", "actor", {"c_mod_routing": True})
 
@@ -377,8 +377,8 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
         shallower = per_seed(results, fewer)
         lower = paired(results, peak, actor, regularised)
         parts = [("fewer MACs", *verdict(shallower)), ("lower peak accuracy", *verdict(lower))]
-        return (*combine(parts), {"mean MACs over the k_cpt values, % below the actor's (d̂ constant)": shallower,
-                                  "peak test accuracy, actor − actor with d̂ regularized": lower})
+        return of_parts(parts, {"mean MACs over the k_cpt values, % below the actor's (d̂ constant)": shallower,
+                               "peak test accuracy, actor − actor with d̂ regularized": lower})
 
     actor_off, pragmatic_off = (Series("actor, no TALR", "actor", {"talr": False}),
                                 Series("pragmatic critic, no TALR", "pragmatic-critic", {"talr": False}))
@@ -393,21 +393,21 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
             d = per_seed(results, gap)
             numbers[f"{on.label}: TALR − no TALR accuracy at k_cpt {', '.join(f'{k:g}' for k in low)}"] = d
             parts.append((on.label, *verdict(d)))
-        return (*combine(parts), numbers)
+        return of_parts(parts, numbers)
 
     tree = Series("actor (tree)", "actor", {"arch": "tree"})
 
     def tree_tight(results):
         d = paired(results, lambda s, seed: results.mean_margin(s, seed, high), tree, actor)
-        return (*verdict(d), {f"tree − chain margin over the static frontier at k_cpt {', '.join(f'{k:g}' for k in high)}": d})
+        return Outcome(*verdict(d), {f"tree − chain margin over the static frontier at k_cpt {', '.join(f'{k:g}' for k in high)}": d})
 
     def tree_overfits(results):
         d = paired(results, lambda s, seed: results.accuracy_at(s, seed, k_cpts[0]), tree, actor)
-        return (*verdict(d, "below"), {f"tree − chain test accuracy at k_cpt {k_cpts[0]:g}": d})
+        return Outcome(*verdict(d, "below"), {f"tree − chain test accuracy at k_cpt {k_cpts[0]:g}": d})
 
     def tree_specializes(results):
         d = per_seed(results, lambda seed: _difference(purity(results.of(tree, seed)), purity(results.of(actor, seed))))
-        return (*verdict(d), {"tree − chain source purity of the leaves (% of examples)": d})
+        return Outcome(*verdict(d), {"tree − chain source purity of the leaves (% of examples)": d})
 
     cifar = {name: (static(dataset=name), Series(f"actor, {name}", "actor", {"dataset": name}))
              for name in ("cifar2", "cifar5", "cifar10")}
@@ -430,8 +430,8 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
         third = verdict([33.3 - s for s in shares]) if shares or not peaks else \
             (FAILS, "no actor point reaches the best static net's accuracy")
         parts = [("peak above the static nets'", *verdict(peaks)), ("at a third of the best static net's MACs", *third)]
-        return (*combine(parts), {"actor − static peak accuracy": peaks,
-                                  "cheapest actor point at the best static accuracy, % of its MACs": shares})
+        return of_parts(parts, {"actor − static peak accuracy": peaks,
+                               "cheapest actor point at the best static accuracy, % of its MACs": shares})
 
     def difficulty_order(results):
         adv = {name: (lambda seed, s=s, a=a: results.mean_margin(a, seed)) for name, (s, a) in cifar.items()}
@@ -440,8 +440,8 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
         d10 = per_seed(results, adv["cifar10"])
         parts = [("CIFAR-2 > CIFAR-5", *verdict(d25)), ("CIFAR-5 > CIFAR-10", *verdict(d510)),
                  ("CIFAR-10 still above", *verdict(d10, "not below"))]
-        return (*combine(parts), {"actor margin over the static frontier, CIFAR-2 − CIFAR-5": d25,
-                                  "CIFAR-5 − CIFAR-10": d510, "CIFAR-10": d10})
+        return of_parts(parts, {"actor margin over the static frontier, CIFAR-2 − CIFAR-5": d25,
+                               "CIFAR-5 − CIFAR-10": d510, "CIFAR-10": d10})
 
     wide = {w: (static(dataset="cifar10", width=w),
                 Series(f"actor, CIFAR-10, width ×{w}", "actor", {"dataset": "cifar10", "width": w}, 1 / w**2)) for w in widths}
@@ -453,47 +453,76 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
             d = paired(results, results.mean_margin, wide[w][1], base)
             numbers[f"actor margin over the static frontier, width ×{w} − ×{widths[0]}"] = d
             parts.append((f"×{w}", *verdict(d, "not below")))
-        return (*combine(parts), numbers)
+        return of_parts(parts, numbers)
 
     return {
         "hybrid": Figure("hybrid", "Hybrid MNIST/CIFAR-10: learners against static nets (Fig. acc-eff-00)",
                          (hybrid_static, actor, pragmatic, optimistic, dynamic), (
             Claim("For a given computational budget, dynamically routed networks (actor, pragmatic critic, optimistic "
                   "critic) achieve higher accuracy than architecture-matched statically routed baselines.",
+                  "“For a given computational budget, dynamically-routed networks achieve higher accuracy rates than "
+                  "architecture-matched statically-routed baselines” (Sec. 5.1), every learner above the static "
+                  "nets in Fig. acc-eff-00; “trained under mild computational constraints can operate 2–3 times "
+                  "more efficiently than comparable statically-routed networks” (Sec. 6).",
                   lambda r: margins_above(r, (actor, pragmatic, optimistic))),
             Claim("7- and 8-column static networks overfit (here: the best of them is less accurate on test than the "
                   "best shallower static net while fitting its training batches at least as well; less accurate on "
-                  "both is under-fitting).", deep_static_overfit),
-            Claim("Optimistic critics perform worst and actors best among the dynamic networks.", learner_order),
+                  "both is under-fitting).",
+                  "“this tendency to initially find simpler solutions seems to prevent some of the overfitting that "
+                  "occurs with 7- and 8-layer statically-routed networks” (Sec. 5.1).", deep_static_overfit),
+            Claim("Optimistic critics perform worst and actors best among the dynamic networks.",
+                  "“Compared to other dynamically-routed networks, optimistic critic networks perform poorly … Actor "
+                  "networks perform better than critic networks” (Sec. 5.1).", learner_order),
             Claim("A single dynamic-k_cpt actor performs comparably (here: within 1 accuracy point) to the actors "
-                  "trained at fixed k_cpt over the central part of the curve.", dynamic_matches_fixed))),
+                  "trained at fixed k_cpt over the central part of the curve.",
+                  "“This network performs comparably to a collection of 8 actor nets trained with various static "
+                  "values of k_cpt, over a significant, central region of the accuracy/efficiency curve” (Sec. 5.5).",
+                  dynamic_matches_fixed))),
         "regularization": Figure("regularization", "Regularization: d̂ regularized, and k_dec 0.01 against 0 (hybrid)",
                                  (hybrid_static, actor, no_kdec, regularised), (
             Claim("Regularizing d̂ discourages routing along deep paths, reducing peak accuracy (here: c_mod's gradient "
-                  "also reaches the routers, `--c-mod-routing`, against the default d̂ constant).", dhat_discourages_depth),
-            Claim("A nonzero k_dec is needed to train effective actor networks.", kdec_needed))),
+                  "also reaches the routers, `--c-mod-routing`, against the default d̂ constant).",
+                  "“regularizing d̂ … discourages networks from routing data along deep paths, reducing peak "
+                  "accuracy” (Sec. 5.2).", dhat_discourages_depth),
+            Claim("A nonzero k_dec is needed to train effective actor networks.",
+                  "“some mechanism for encouraging exploration (in our case, a nonzero k_dec) appears to be necessary "
+                  "to train effective actor networks” (Sec. 5.2).", kdec_needed))),
         "talr": Figure("talr", "Optimization: TALR on and off (hybrid)",
                        (hybrid_static, actor, pragmatic, actor_off, pragmatic_off), (
             Claim("TALR improves actor and critic networks in compute-abundant, high-accuracy contexts "
-                  f"(here: the lowest k_cpt values, {', '.join(f'{k:g}' for k in low)}).", talr_helps),)),
+                  f"(here: the lowest k_cpt values, {', '.join(f'{k:g}' for k in low)}).",
+                  "“Throughput-adjusting the learning rates (TALR) … improves the hybrid dataset performance of both "
+                  "actor and critic networks in computational-resource-abundant, high-accuracy contexts” (Sec. 5.3).",
+                  talr_helps),)),
         "trees": Figure("trees", "Architectures: tree (2- and 3-way junctions) against chain (hybrid)",
                         (hybrid_static, actor, tree), (
             Claim(f"Under tight budgets (here: k_cpt {', '.join(f'{k:g}' for k in high)}) trees with 2- and 3-way "
-                  "junctions beat chains of 2-way junctions.", tree_tight),
-            Claim(f"Unconstrained (k_cpt {k_cpts[0]:g}) trees overfit: lower test accuracy than the chain.", tree_overfits),
-            Claim("Branches specialize: a tree's leaves see purer sources (MNIST or CIFAR) than a chain's.", tree_specializes))),
+                  "junctions beat chains of 2-way junctions.",
+                  "“On the hybrid dataset, under tight computational constraints, we find that trees with higher "
+                  "degrees of branching achieve higher accuracy rates” (Sec. 5.4).", tree_tight),
+            Claim(f"Unconstrained (k_cpt {k_cpts[0]:g}) trees overfit: lower test accuracy than the chain.",
+                  "“Unconstrained, however, they are prone to overfitting” (Sec. 5.4).", tree_overfits),
+            Claim("Branches specialize: a tree's leaves see purer sources (MNIST or CIFAR) than a chain's.",
+                  "“In networks with both 2- and 3-way junctions, branches specialize to an even greater extent” "
+                  "(Sec. 5.4, Figs. nld-00 and nld-01).", tree_specializes))),
         "routing": Figure("routing", "Routing over training (Fig. routing-hists): actor chains on hybrid", (actor,), (
             Claim("Dynamically routed networks avoid deep paths at the beginning of training (validation MACs "
-                  "grow from the first evaluation to the last).", shallow_early),)),
+                  "grow from the first evaluation to the last).",
+                  "“dynamically-routed networks tend to avoid routing data along deep paths at the beginning of "
+                  "training” (Sec. 5.1, Fig. routing-hists).", shallow_early),)),
         "difficulty": Figure("difficulty", "Decision difficulty: CIFAR-2, CIFAR-5, CIFAR-10 (Fig. acc-eff-01)",
                              tuple(s for pair in cifar.values() for s in pair), (
             Claim("On CIFAR-2 dynamic routing reaches a higher peak accuracy than static nets at a third of their cost.",
-                  cifar2_peak),
-            Claim("The advantage shrinks from CIFAR-2 to CIFAR-5 to CIFAR-10, where it is slight.", difficulty_order))),
+                  "“dynamically-routed networks achieve a higher peak accuracy rate on CIFAR-2 than statically-routed "
+                  "networks, at a third of the computational cost” (Sec. 5.6).", cifar2_peak),
+            Claim("The advantage shrinks from CIFAR-2 to CIFAR-5 to CIFAR-10, where it is slight.",
+                  "“dynamic routing is more beneficial when the task involves many low-difficulty decisions … dynamic "
+                  "routing offers only a slight advantage on CIFAR-10” (Sec. 5.6).", difficulty_order))),
         "capacity": Figure("capacity", "Model capacity: CIFAR-10 at width ×1, ×2, ×3 with k_cpt ÷ width² (Fig. acc-eff-02)",
                            tuple(s for pair in wide.values() for s in pair), (
             Claim("Widening every layer (k_cpt ÷ width²) increases or keeps the actor's advantage over static nets.",
-                  capacity),)),
+                  "“Increasing the model capacity either increases or does not affect the relative advantage of "
+                  "dynamically-routed networks” (Sec. 5.7).", capacity),)),
     }
 
 
@@ -608,9 +637,24 @@ def paper_schedule(configs: Sequence[TrainConfig], total: dict) -> list[str]:
             f"{statistics.median(c.iterations for c in configs):,.0f}: the same {total['runs']} runs would take about "
             f"{total['cpu_hours'] * scale:,.0f} CPU-hours on one thread of this machine, {total['gpu_hours'] * scale:,.0f} "
             f"hours on one H100 one run at a time, or {total['gpu_hours'] * scale * PACKED_GPU_SHARE:,.0f} on one H200 at "
-            "8 runs per GPU (estimates, linear in iterations). At this schedule the deep static nets under-fit (they are "
-            "less accurate on their own training batches too), so the claims about deep nets (over-fitting, the peak "
-            "accuracy of the learners that use them) are the ones a full schedule is most likely to move."]
+            "8 runs per GPU (estimates, linear in iterations)."]
+
+
+def schedule_section(chosen: Sequence[Figure], planned: dict[str, list[tuple[Series, TrainConfig]]],
+                     k_cpts: Sequence[float]) -> list[str]:
+    """Whether this schedule trains the static nets (:mod:`~routing_rl.app.schedule_check`),
+    per dataset and width the figures use."""
+    lines = ["## The schedule", "", "Is every static net trained at this schedule? "
+             "(`routing_rl/app/schedule_check.py`: validation accuracy gains under "
+             f"{RISE_LIMIT:g} point over the last quarter of training, and the deep nets fit their training batches at "
+             "least as well as static-3.) Means over seeds; validation accuracy at each evaluation, by iteration.", ""]
+    for base in dict.fromkeys(s.base for f in chosen for s in f.series if s.agent == "static"):
+        pairs = [(s, c) for f in chosen for s, c in planned[f.name] if s.agent == "static" and s.base == base]
+        results = read_results(list({c.run_name + c.logdir: (s, c) for s, c in pairs}.values()), k_cpts)
+        runs = [StaticRun(p.run["arch"], p.seed, p.run, p.run_dir) for p in results.points]
+        _, table = schedule_evidence(runs)
+        lines += [f"### {base}", "", *table, ""]
+    return lines
 
 
 # ---------------------------------------------------------------- the report
@@ -679,7 +723,8 @@ def draw(figure: Figure, results: Results, planned: list[tuple[Series, TrainConf
 
 def figure_section(figure: Figure, results: Results, written: Sequence[Path], report: Path, commands: str,
                    budget: dict, verdicts: list[str]) -> list[str]:
-    """The figure's part of the report; appends a row per claim to ``verdicts`` (the summary table)."""
+    """The figure's part of the report; appends a row per claim to ``verdicts`` (the summary
+    table: the claim's verdict and each part's, e.g. per learner)."""
     def link(path: Path) -> str:
         return os.path.relpath(path, report.parent)
 
@@ -692,10 +737,13 @@ def figure_section(figure: Figure, results: Results, written: Sequence[Path], re
             lines.append(f"![{path.stem}]({link(path)})")
     lines += [""]
     for i, claim in enumerate(figure.claims, 1):
-        outcome, reason, numbers = claim.measure(results)
-        lines += [f"**Claim {i}.** {claim.statement}", "", f"- verdict: **{outcome}** — {reason}"]
-        verdicts.append(f"| {figure.name} | {re.sub(r' [(]here:[^)]*[)]', '', claim.statement)} | **{outcome}** |")
-        for name, values in numbers.items():
+        outcome = claim.measure(results)
+        lines += [f"**Claim {i}.** {claim.statement}", "", f"- the paper: {claim.paper}",
+                  f"- verdict: **{outcome.verdict}** — {outcome.reason}"]
+        by_part = "; ".join(f"{name}: {part}" for name, part, _ in outcome.parts) or "—"
+        verdicts.append(f"| {figure.name} | {re.sub(r' [(]here:[^)]*[)]', '', claim.statement)} | "
+                        f"**{outcome.verdict}** | {by_part} |")
+        for name, values in outcome.numbers.items():
             lines.append(f"- {name}: {mean_std(values)} (per seed: {', '.join(f'{v:+.2f}' for v in values) or 'none'})")
         lines.append("")
     lines += ["Measured points (test split; mean ± std over seeds):", "", *numbers_table(results), "",
@@ -821,15 +869,20 @@ def _reproduce(args, prog: str) -> int:
              + (f", other fields {', '.join(args.set)}" if args.set else "") + ". "
              "Written by `experiments/reproduce_paper.py` (`routing_rl/app/reproduce.py`, whose docstring defines the "
              "verdicts: the mean difference over seeds against twice its standard error).", ""]
+    left_out = [name for name in catalogue if name not in {f.name for f in chosen}]
+    if left_out:
+        lines += [f"Not in this report: {', '.join(left_out)} (reports at other schedules are listed in "
+                  "`docs/results/index.md`).", ""]
     rows = {name: budget_row(unique_configs({name: planned[name]}) if name in planned else configs, row["workers"])
             for name, row in rows.items()}  # measured now that the runs have trained
-    sections, verdicts = [], ["| figure | claim | verdict |", "|---|---|---|"]
+    sections, verdicts = [], ["| figure | claim | verdict | by part |", "|---|---|---|---|"]
     for figure in chosen:
         results = read_results(planned[figure.name], sorted(args.k_cpts))
         written = draw(figure, results, planned[figure.name], Path(args.figures_dir) / figure.name) if results.points else []
         sections += figure_section(figure, results, written, report, command.format(figure=figure.name),
                                    rows[figure.name], verdicts)
-    lines += ["## Verdicts", "", *verdicts, "", "## Compute budget", "", *budget_table(rows), "",
+    lines += ["## Verdicts", "", *verdicts, "", *schedule_section(chosen, planned, sorted(args.k_cpts)),
+              "## Compute budget", "", *budget_table(rows), "",
               "Estimates scale the README's step timings by each net's MACs of full evaluation (CPU) or by its column "
               "instances (GPU); the wall hours on N workers assume a perfect split; the H200 column scales the H100 one by "
               f"the wall time the hybrid grid measured at 8 runs per GPU ({PACKED_GPU_SHARE:.2f} of its estimate one "
