@@ -182,6 +182,7 @@ class CriticLearner(SGDLearner):
         self.utility_error = options.utility_error
         self.same_error = self.utility_error == config.error_cost
         self.side_heads = options.side_heads
+        self.priors = self.paths.leaves_below() if options.exploration == "leaf" else {}
         if options.score_start == "guess":
             for junction in net.junctions:
                 net.nodes[junction].router.start_at(-guess_cost(net.classes, self.utility_error))
@@ -197,7 +198,8 @@ class CriticLearner(SGDLearner):
         out = self.net(batch.images, k_cpt)
         labels = batch.labels
         with torch.no_grad():
-            reach = self.paths.reach({j: self.policy.probabilities(s.detach(), iteration) for j, s in out.scores.items()})
+            reach = self.paths.reach({j: self.policy.probabilities(s.detach(), iteration, self.priors.get(j))
+                                      for j, s in out.scores.items()})
             p_leaf = self.paths.leaves(reach)
         errors = leaf_errors(self.net, out, labels, error=self.error_cost)
         utility_errors = errors.detach() if self.same_error else leaf_errors(self.net, out, labels, self.utility_error,
@@ -226,11 +228,11 @@ class CriticLearner(SGDLearner):
     def _sampled_losses(self, batch: Split, iteration: int, k_cpt: torch.Tensor) -> dict[str, torch.Tensor]:
         k_cpt_input = k_cpt if self.net.k_cpt_input else None
         if self.distributed is None:
-            decide, global_counts = sample(self.policy, iteration, self.generator), None
+            decide, global_counts = sample(self.policy, iteration, self.generator, self.priors), None
         else:  # decisions drawn for the global batch, so that they do not depend on the process
             draws = torch.rand(len(self.net.junctions), self.config.batch_size, generator=self.generator,
                                device=self.device)[:, self.shard]
-            decide = sample_with(self.policy, iteration, dict(zip(self.net.junctions, draws)))
+            decide = sample_with(self.policy, iteration, dict(zip(self.net.junctions, draws)), self.priors)
             global_counts = self.distributed.sum
         routed = route(self.net, batch.images, decide, k_cpt_input, self.side_heads, global_counts)
         labels, size = batch.labels, len(batch)
@@ -294,6 +296,7 @@ class CriticLearner(SGDLearner):
 
 
 SCORE_STARTS = ("guess", "zero")
+EXPLORATIONS = ("sink", "leaf")
 CRITIC_ROUTER_LR_SCALE = 100.0
 """The routers' learning rate over ``lr`` for critics that train every head on every image: a
 critic's router learns only from c_ure, whose weight k_ure (0.001) makes its steps 1,000 times
@@ -310,7 +313,11 @@ class CriticOptions(RouterOptions):
     module's docstring says why). ``epsilon``: the ε-greedy policy's ε, halving every
     ``epsilon_half_life`` iterations. ``k_ure``: c_ure's weight. ``score_start``: the paper's zero
     scores, or ``guess``: minus a uniform guess's error cost. ``side_heads``: sampled, also
-    train every exit head on a junction the path passed (its input is computed)."""
+    train every exit head on a junction the path passed (its input is computed).
+    ``exploration``: where the training policy's exploring decisions go: a uniformly random
+    sink (the paper's), or ``leaf``: a sink in proportion to the leaves below it, so that full
+    exploration reaches every exit equally often (column k of an L-exit chain sees
+    (L − k + 1)/L of the batch, not 2^−(k−1)); greedy does not explore."""
 
     execution: str = "full"
     head_weight: float | None = None
@@ -322,9 +329,11 @@ class CriticOptions(RouterOptions):
     k_ure: float = 0.001
     score_start: str = "zero"
     side_heads: bool = True
+    exploration: str = "sink"
 
     def __post_init__(self) -> None:
         for name, value, choices in (("execution", self.execution, EXECUTIONS), ("score_start", self.score_start, SCORE_STARTS),
+                                     ("exploration", self.exploration, EXPLORATIONS),
                                      ("utility_error", self.utility_error, (None, *ERROR_COSTS))):
             if value not in choices:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(c for c in choices if c)}")

@@ -361,3 +361,23 @@ def test_configs_saved_while_eps_greedy_critics_sampled_keep_sampling():
     assert TrainConfig.from_json(json.dumps(saved)).options.execution == "sampled"
     saved["policy"] = "softmax"
     assert TrainConfig.from_json(json.dumps(saved)).options.execution == "full"
+
+
+@pytest.mark.parametrize("execution", ["sampled", "full"])
+def test_leaf_exploration_reaches_every_exit_of_a_chain_equally_often(execution):
+    """Exploring uniformly over sinks, an example reaches column k of the chain with
+    probability 2^-(k-1); in proportion to the leaves below each sink, (9 - k)/8."""
+    net = chain(classes=3)
+    assert [net.nodes[j].sinks for j in net.junctions][0] == ["exit1", "col2"]
+    below = {j: c.tolist() for j, c in CriticLearner(net, make_config("smoke", agent="critic"), CPU).paths.leaves_below().items()}
+    assert [below[j] for j in net.junctions] == [[1.0, float(8 - k)] for k in range(1, 8)]
+    config = make_config("smoke", agent="critic", policy="eps-greedy", execution=execution, epsilon=1.0,
+                         exploration="leaf")
+    learner = CriticLearner(net, config, CPU)
+    images = torch.rand(512, 3, 32, 32)
+    reach = learner.losses(Split(images, torch.randint(0, 3, (512,)), torch.zeros(512, dtype=torch.long)), 0)["reach"]
+    share = {k: reach[:, learner.paths.node_index[f"col{k}"]].mean().item() for k in (2, 5, 8)}
+    tolerance = 0.06 if execution == "sampled" else 1e-4  # sampled: 512 draws; full: the probabilities
+    assert share == pytest.approx({k: (9 - k) / 8 for k in share}, abs=tolerance)
+    with pytest.raises(ValueError, match="unknown exploration 'depth'; choose one of sink, leaf"):
+        make_config("smoke", agent="critic", exploration="depth")

@@ -91,3 +91,15 @@ def test_sampler_is_reproducible_and_follows_the_probabilities():
 def test_greedy_sampler_takes_the_argmax():
     decide = sample(TrainingPolicy("greedy", floor=1e-9), 0, torch.Generator().manual_seed(0))
     assert decide(_junction(SCORES)).tolist() == [1, 0]
+
+
+def test_exploration_follows_a_prior_over_the_sinks():
+    prior = torch.tensor([1.0, 3.0, 4.0])
+    torch.testing.assert_close(eps_greedy_probabilities(SCORES, 1.0, prior), (prior / 8).expand(2, 3))
+    torch.testing.assert_close(eps_greedy_probabilities(SCORES, 0.4, prior)[0], torch.tensor([0.05, 0.75, 0.2]))
+    flat = torch.zeros(1, 3)  # equal scores: the softmax is the prior, at any tau
+    torch.testing.assert_close(softmax_probabilities(flat, 0.1, prior), (prior / 8)[None])
+    sharp = softmax_probabilities(torch.tensor([[0.0, 0.0, 5.0]]), 0.01, prior)
+    assert sharp[0, 2] > 0.999, "at a low tau the argmax wins whatever the prior"
+    policy = TrainingPolicy("eps-greedy", start=1.0)
+    torch.testing.assert_close(policy.probabilities(SCORES, 0, prior).sum(1), torch.ones(2))

@@ -36,9 +36,15 @@ class Paths:
         for name, k in self.node_index.items():
             for junction, sink in _decisions_to(net, name):
                 on_path[slot[junction] + sink, k] = 1.0
+        self.sink_counts = [len(net.nodes[name].sinks) for name in self.junctions]
         device = net.leaf_macs.device
         self.on_path = on_path.to(device)
         self.leaf_columns = torch.tensor([self.node_index[leaf] for leaf in net.leaves], device=device)
+
+    def leaves_below(self) -> dict[str, torch.Tensor]:
+        """Junction name -> ``(n_sinks,)`` the number of leaves below each of its sinks."""
+        below = self.on_path.index_select(1, self.leaf_columns).sum(1)
+        return dict(zip(self.junctions, below.split(self.sink_counts)))
 
     def reach(self, probabilities: dict[str, torch.Tensor]) -> torch.Tensor:
         """``(B, N)`` probability of reaching each node, from junction name -> ``(B, n_sinks)``.

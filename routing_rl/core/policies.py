@@ -4,6 +4,13 @@
 * ``eps-greedy`` — the argmax sink with probability ``1 - epsilon``, else a uniform sink;
 * ``greedy`` — the argmax sink.
 
+Exploration may follow a *prior* over a junction's sinks instead of the uniform: with the
+number of leaves below each sink (:meth:`~routing_rl.core.paths.Paths.leaves_below`), an
+exploring example reaches every leaf equally often, where uniform sinks halve its chance of
+going deeper at every 2-way junction of a chain. The softmax takes the prior as a bias on its
+logits (``softmax(scores / tau + log prior)``), which exploration at a high tau follows and
+the argmax at a low tau ignores.
+
 Every policy's probabilities are then *floored*: mixed with the uniform distribution,
 ``(1 - floor) * p + floor / n``, so that no sink — and so no path — ever has exactly zero
 probability (the authors' release mixed in 1e-6). The temperature and epsilon decay by
@@ -35,11 +42,12 @@ def halving(value: float, iteration: float, half_life: float) -> float:
     return value * 0.5 ** min(iteration / half_life, MAX_HALVINGS)
 
 
-def softmax_probabilities(scores: torch.Tensor, tau: float) -> torch.Tensor:
-    """``softmax(scores / tau)`` over the sinks, ``(b, n)``. The largest score is subtracted
-    first (softmax does not change), so a small ``tau`` gives ``-inf`` for unlikely sinks,
-    never ``inf - inf = NaN``."""
-    return F.softmax((scores - scores.detach().amax(1, keepdim=True)) / tau, dim=1)
+def softmax_probabilities(scores: torch.Tensor, tau: float, prior: torch.Tensor | None = None) -> torch.Tensor:
+    """``softmax(scores / tau + log prior)`` over the sinks, ``(b, n)`` (``prior`` ``(n,)``
+    positive; None: uniform). The largest score is subtracted first (softmax does not change),
+    so a small ``tau`` gives ``-inf`` for unlikely sinks, never ``inf - inf = NaN``."""
+    logits = (scores - scores.detach().amax(1, keepdim=True)) / tau
+    return F.softmax(logits if prior is None else logits + prior.log(), dim=1)
 
 
 def greedy_probabilities(scores: torch.Tensor) -> torch.Tensor:
@@ -47,9 +55,11 @@ def greedy_probabilities(scores: torch.Tensor) -> torch.Tensor:
     return F.one_hot(scores.argmax(1), scores.shape[1]).to(scores.dtype)
 
 
-def eps_greedy_probabilities(scores: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """The argmax sink with probability ``1 - epsilon``, a uniformly random sink otherwise."""
-    return (1.0 - epsilon) * greedy_probabilities(scores) + epsilon / scores.shape[1]
+def eps_greedy_probabilities(scores: torch.Tensor, epsilon: float, prior: torch.Tensor | None = None) -> torch.Tensor:
+    """The argmax sink with probability ``1 - epsilon``, otherwise a random sink: uniform, or
+    in proportion to ``prior`` ``(n,)``."""
+    explore = 1.0 / scores.shape[1] if prior is None else prior / prior.sum()
+    return (1.0 - epsilon) * greedy_probabilities(scores) + epsilon * explore
 
 
 def floored(probabilities: torch.Tensor, floor: float) -> torch.Tensor:
@@ -87,16 +97,17 @@ class TrainingPolicy:
         """tau or epsilon at ``iteration`` (0 for greedy)."""
         return 0.0 if self.name == "greedy" else halving(self.start, iteration, self.half_life)
 
-    def probabilities(self, scores: torch.Tensor, iteration: float) -> torch.Tensor:
-        """Floored training probabilities ``(b, n)`` from scores ``(b, n)``.
+    def probabilities(self, scores: torch.Tensor, iteration: float, prior: torch.Tensor | None = None) -> torch.Tensor:
+        """Floored training probabilities ``(b, n)`` from scores ``(b, n)``; ``prior`` ``(n,)``:
+        where exploration goes (None: uniform over the sinks; see the module docstring).
 
         Differentiable in the scores for softmax (the actor's gradients flow through them);
         callers that treat the policy as constant pass detached scores.
         """
         if self.name == "softmax":
-            p = softmax_probabilities(scores, self.value(iteration))
+            p = softmax_probabilities(scores, self.value(iteration), prior)
         elif self.name == "eps-greedy":
-            p = eps_greedy_probabilities(scores, self.value(iteration))
+            p = eps_greedy_probabilities(scores, self.value(iteration), prior)
         else:
             p = greedy_probabilities(scores)
         return floored(p, self.floor)
@@ -110,21 +121,24 @@ class TrainingPolicy:
         return {}
 
 
-def sample(policy: TrainingPolicy, iteration: float, generator: torch.Generator | None = None) -> Decide:
+def sample(policy: TrainingPolicy, iteration: float, generator: torch.Generator | None = None,
+           priors: dict[str, torch.Tensor] | None = None) -> Decide:
     """A ``decide`` that samples each example's sink from ``policy``'s probabilities.
 
-    ``generator`` (on the scores' device) makes the draws reproducible. Sampling never
-    carries gradient: the sampled path is a constant of the loss.
+    ``generator`` (on the scores' device) makes the draws reproducible; ``priors``: junction
+    name -> its exploration prior (None: uniform). Sampling never carries gradient: the
+    sampled path is a constant of the loss.
     """
 
     def decide(junction: Junction) -> torch.Tensor:
-        p = policy.probabilities(junction.scores.detach(), iteration)
+        p = policy.probabilities(junction.scores.detach(), iteration, (priors or {}).get(junction.name))
         return torch.multinomial(p, 1, generator=generator).squeeze(1)
 
     return decide
 
 
-def sample_with(policy: TrainingPolicy, iteration: float, uniforms: dict[str, torch.Tensor]) -> Decide:
+def sample_with(policy: TrainingPolicy, iteration: float, uniforms: dict[str, torch.Tensor],
+                priors: dict[str, torch.Tensor] | None = None) -> Decide:
     """A ``decide`` like :func:`sample` whose randomness is drawn in advance: at junction ``j``
     example ``i`` of the batch takes the first sink whose cumulative probability exceeds
     ``uniforms[j][i]`` (inverse CDF; ``uniforms[j]`` ``(B,)`` in [0, 1)).
@@ -134,7 +148,7 @@ def sample_with(policy: TrainingPolicy, iteration: float, uniforms: dict[str, to
     """
 
     def decide(junction: Junction) -> torch.Tensor:
-        p = policy.probabilities(junction.scores.detach(), iteration)
+        p = policy.probabilities(junction.scores.detach(), iteration, (priors or {}).get(junction.name))
         u = uniforms[junction.name][junction.index]
         return (p.cumsum(1) <= u[:, None]).sum(1).clamp_max(p.shape[1] - 1)
 
