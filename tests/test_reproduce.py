@@ -124,11 +124,13 @@ def test_figures_share_their_runs_and_a_dry_run_trains_nothing(tmp_path, capsys)
     assert reproduce.main(["--dry-run", "--figure", "all", "--seeds", "0", "--logdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ")]
-    # hybrid: 8 static nets, 3 learners at 4 k_cpt, one dynamic-k_cpt actor
-    assert sum(1 for line in out.split("regularization:")[0].splitlines() if line.startswith("  ")) == 8 + 12 + 1
+    # hybrid: 8 static nets at lr 0.1 and 0.02 each, 3 learners at 4 k_cpt, one dynamic-k_cpt actor
+    assert sum(1 for line in out.split("regularization:")[0].splitlines() if line.startswith("  ")) == 2 * 8 + 12 + 1
+    assert "hybrid-w1-lr0.02/static-static-8-k4e-09-s0" in listed and "learning-rate trials" not in out
     assert "hybrid-w1-talroff/actor-chain-k0-s0" in listed and "cifar10-w3/actor-chain-k7.11111e-09-s0" in listed
     assert "hybrid-w1-cmodroutingon/actor-chain-k0-s0" in listed
-    assert "| all (shared runs once) | 101 | 0 |" in out  # hybrid 21 + k_dec 4 + d̂ 4 + TALR 8 + tree 4 + CIFAR 3x12 + widths 2x12
+    # hybrid 29 + k_dec 4 + d̂ 4 + TALR 8 + tree 4 + CIFAR 3x(16 + 4) + widths 2x(16 + 4)
+    assert "| all (shared runs once) | 149 | 0 |" in out
     assert not any(tmp_path.iterdir())
 
 

@@ -43,7 +43,7 @@ from routing_rl.app.figures import check_out_folder, write_figures
 from routing_rl.app.plots import accuracy_macs_figure
 from routing_rl.app.schedule_check import RISE_LIMIT, StaticRun, schedule_evidence, train_accuracy
 from routing_rl.app.runs import METRICS_FILE, RunError, final_validation_accuracy, has_checkpoint, read_run
-from routing_rl.app.sweep import (LR_CANDIDATES, SweepError, add_backend_arguments, add_schedule_arguments, backend,
+from routing_rl.app.sweep import (LR_CANDIDATES, STATIC_LRS, SweepError, add_backend_arguments, add_schedule_arguments, backend,
                                   exit_status, lr_trial_iterations, run_sweep, schedule_fields, select_static_lr,
                                   sweep_configs)
 from routing_rl.core.memory import retain_freed_memory
@@ -765,10 +765,12 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
     parser.add_argument("--k-cpts", nargs="+", type=float, default=list(K_CPTS), help=f"k_cpt values (default: {K_CPTS})")
     parser.add_argument("--static", nargs="+", type=int, default=list(STATIC_COLUMNS), help="static nets by columns (default: 1..8)")
     parser.add_argument("--widths", nargs="+", type=int, default=[1, 2, 3], help="capacity figure widths (default: 1 2 3)")
-    parser.add_argument("--static-lr", nargs="+", default=["auto"],
+    parser.add_argument("--static-lr", nargs="+", default=[format(lr, "g") for lr in STATIC_LRS],
                         help="static nets' learning rate; several: each net trains at each, and the one with the best "
-                             "validation accuracy is its point; auto: one chosen on validation per dataset and width "
-                             "(default)")
+                             "validation accuracy is its point (default: "
+                             f"{' '.join(format(lr, 'g') for lr in STATIC_LRS)}); auto: one for every net, chosen on "
+                             "validation per dataset and width by static-8's trials (the deep net's rate starves the "
+                             "shallow ones)")
     parser.add_argument("--lr-iterations", type=int, default=None,
                         help="iterations of each --static-lr auto trial (default: 400, or the runs' iterations when fewer)")
     parser.add_argument("--data-dir", default=None, help="folder with your data copies")

@@ -34,8 +34,9 @@ from pathlib import Path
 
 from routing_rl.app.frontier import frontier_margin, static_frontier
 from routing_rl.app.runs import METRICS_FILE, RunError, final_validation_accuracy
-from routing_rl.app.sweep import (LR_CANDIDATES, add_backend_arguments, add_schedule_arguments, backend, exit_status,
-                                  fields, run_sweep, schedule_fields, select_static_lr, static_lr_flag, sweep_configs)
+from routing_rl.app.sweep import (LR_CANDIDATES, STATIC_LRS, add_backend_arguments, add_schedule_arguments, backend,
+                                  exit_status, fields, run_sweep, schedule_fields, select_static_lr, static_lr_flag,
+                                  sweep_configs)
 from routing_rl.app.summary import SOURCE_NAMES, best_single_exit, inference_cost
 from routing_rl.core.files import atomic_write_text, file_problem
 from routing_rl.core.memory import retain_freed_memory
@@ -57,9 +58,6 @@ SET_BY_FLAG = {"agent": "--agent", "policy": "--policy", "k_cpt": "--k-cpts", "s
                "device": "--device", "data_dir": "--data-dir", "download": "--download",
                "validation_fraction": "--validation-fraction", "run_name": None}
 """Fields ``--set`` refuses, each with the flag that sets it (None: the suite names its runs)."""
-STATIC_LRS = (0.1, 0.02)
-"""The static nets' learning rates by default, each net's point the better on validation: one
-rate for every net starves some of them (docs/suite.md, "The static frontier")."""
 STATIC_PATIENCE = 2
 MAX_COLUMNS = 8
 

@@ -26,6 +26,10 @@ from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig, make_confi
 from routing_rl.training.interrupt import Interrupted, handling_signals
 from routing_rl.training.learners import declared_options, learner_spec
 
+STATIC_LRS = (0.1, 0.02)
+"""The static nets' learning rates by default in the suite and the reproduction, each net's
+point the better on validation: one rate for every net starves some of them (the deep nets
+stall at 0.1, the shallow ones crawl at 0.01; docs/suite.md, "The static frontier")."""
 LR_CANDIDATES = (0.1, 0.05, 0.02, 0.01)
 """Learning rates :func:`select_static_lr` tries, in order of preference on a tie."""
 LR_TRIAL_ITERATIONS = 400
