@@ -10,17 +10,17 @@ from torch.utils.tensorboard import SummaryWriter
 from routing_rl.app.schedule_check import StaticRun, late_rise, schedule_evidence, train_accuracy, validation_curve
 
 
-def metrics(curve: dict[int, float], test: float = 0.9) -> dict:
-    return {"test_accuracy": test,
+def metrics(curve: dict[int, float], test: float = 0.9, lr: float | None = None) -> dict:
+    return {"test_accuracy": test, **({"config": {"lr": lr}} if lr else {}),
             "history": [{"iteration": i, "evaluations": [{"accuracy": a}]} for i, a in curve.items()]}
 
 
-def static_run(tmp_path, columns: int, seed: int, curve: dict[int, float], fit: float) -> StaticRun:
+def static_run(tmp_path, columns: int, seed: int, curve: dict[int, float], fit: float, lr: float | None = None) -> StaticRun:
     run_dir = tmp_path / f"static-{columns}-s{seed}"
     with SummaryWriter(str(run_dir)) as writer:
         for step in range(1, 11):  # only the last tenth counts
             writer.add_scalar("charts/train_accuracy", 0.1 if step < 10 else fit, step)
-    return StaticRun(f"static-{columns}", seed, metrics(curve), run_dir)
+    return StaticRun(f"static-{columns}", seed, metrics(curve, lr=lr), run_dir)
 
 
 def test_the_rise_is_over_the_last_quarter_of_the_runs_own_evaluations():
@@ -39,10 +39,11 @@ def test_the_training_fit_is_the_last_tenth_of_the_logged_steps(tmp_path):
 
 def test_a_schedule_is_trained_when_no_net_still_learns_and_deep_nets_fit(tmp_path):
     flat = {300: 0.6, 600: 0.8, 900: 0.85, 1200: 0.855}
-    runs = [static_run(tmp_path, n, s, flat, fit) for s in (0, 1) for n, fit in ((3, 0.90), (7, 0.95), (8, 0.96))]
+    runs = [static_run(tmp_path, n, s, flat, fit, lr) for s, lr in ((0, 0.1), (1, 0.02))
+            for n, fit in ((3, 0.90), (7, 0.95), (8, 0.96))]
     trained, lines = schedule_evidence(runs)
     assert trained is True and lines[-1].startswith("**Trained at this schedule.**")
-    assert "| static-8 | 0, 1 | 300: 60.0, 600: 80.0, 900: 85.0, 1,200: 85.5 | +0.50 | 96.00 | 90.00 |" in lines
+    assert "| static-8 | 0, 1 | 0.1, 0.02 | 300: 60.0, 600: 80.0, 900: 85.0, 1,200: 85.5 | +0.50 | 96.00 | 90.00 |" in lines
 
 
 def test_a_net_still_learning_or_a_deep_net_under_fitting_fails_the_schedule(tmp_path):

@@ -87,15 +87,16 @@ def _shown(value: float | None, sign: bool = False) -> str:
 
 def schedule_evidence(runs: Sequence[StaticRun]) -> tuple[bool | None, list[str]]:
     """Whether the schedule trains these static nets (None: the runs cannot tell), and the
-    report's lines: per net the validation curve, the last quarter's rise, the training-batch
-    and the test accuracy (means over seeds), then the verdict in one sentence."""
+    report's lines: per net its learning rate per seed, the validation curve, the last
+    quarter's rise, the training-batch and the test accuracy (means over seeds), then the
+    verdict in one sentence."""
     by_arch: dict[str, list[StaticRun]] = {}
     for run in sorted(runs, key=lambda r: (int(r.arch.rsplit("-", 1)[1]), r.seed)):
         by_arch.setdefault(run.arch, []).append(run)
     if not by_arch:
         return None, ["No static net has finished."]
-    lines = ["| static net | seeds | validation accuracy over training (%) | rise over the last quarter (pts) | "
-             "training-batch accuracy, last tenth (%) | test accuracy (%) |", "|---|---|---|---|---|---|"]
+    lines = ["| static net | seeds | lr | validation accuracy over training (%) | rise over the last quarter (pts) | "
+             "training-batch accuracy, last tenth (%) | test accuracy (%) |", "|---|---|---|---|---|---|---|"]
     rises, fits = {}, {}
     for arch, group in by_arch.items():
         curves = [validation_curve(r.run) for r in group]
@@ -106,7 +107,8 @@ def schedule_evidence(runs: Sequence[StaticRun]) -> tuple[bool | None, list[str]
         fit = _mean([train_accuracy(r.run_dir) for r in group])
         fits[arch] = None if fit is None else 100 * fit
         test = _mean([100 * r.run["test_accuracy"] for r in group if r.run.get("test_accuracy") is not None])
-        lines.append(f"| {arch} | {', '.join(str(r.seed) for r in group)} | {curve} | {_shown(rises[arch], True)} | "
+        lrs = ", ".join(format(r.run["config"]["lr"], "g") if "config" in r.run else "—" for r in group)
+        lines.append(f"| {arch} | {', '.join(str(r.seed) for r in group)} | {lrs} | {curve} | {_shown(rises[arch], True)} | "
                      f"{_shown(fits[arch])} | {_shown(test)} |")
     known = {arch: rise for arch, rise in rises.items() if rise is not None}
     deep = [arch for arch in DEEP if arch in fits]
