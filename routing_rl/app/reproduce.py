@@ -650,7 +650,7 @@ def schedule_section(chosen: Sequence[Figure], planned: dict[str, list[tuple[Ser
              "least as well as static-3.) Means over seeds; validation accuracy at each evaluation, by iteration.", ""]
     for base in dict.fromkeys(s.base for f in chosen for s in f.series if s.agent == "static"):
         pairs = [(s, c) for f in chosen for s, c in planned[f.name] if s.agent == "static" and s.base == base]
-        results = read_results(list({c.run_name + c.logdir: (s, c) for s, c in pairs}.values()), k_cpts)
+        results = read_results(list({(c.logdir, c.run_name): (s, c) for s, c in pairs}.values()), k_cpts)  # a run shared by figures once
         runs = [StaticRun(p.run["arch"], p.seed, p.run, p.run_dir) for p in results.points]
         _, table = schedule_evidence(runs)
         lines += [f"### {base}", "", *table, ""]
