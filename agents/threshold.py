@@ -1,7 +1,8 @@
 """Confidence-threshold early exit: an extra baseline beside the paper's learners.
 
 One chain is trained with a head at every column and the cross-entropies of all heads summed,
-every head but the deepest weighed by ``exit_weight`` (no routing is learned; the routers are
+every head but the deepest weighed by ``exit_weight``, and only ``trunk_gradient`` of each early
+head's gradient passed on to the layers before it (no routing is learned; the routers are
 never used). At inference an example leaves at the
 first head whose **maximum softmax probability** reaches that head's threshold; the last head
 takes everyone left.
@@ -43,7 +44,7 @@ from routing_rl.training.config import TrainConfig
 from routing_rl.training.learners import LearnerOptions, LearnerSpec, register_learner
 from routing_rl.data import Split
 from routing_rl.core.execution import Decide, Junction
-from routing_rl.core.graph import RoutedNet
+from routing_rl.core.graph import RoutedNet, State
 from routing_rl.core.k_cpt import CostModel
 
 LOG_Q_RANGE = (-20.0, 20.0)
@@ -94,21 +95,53 @@ def exit_positions(confidence: torch.Tensor, thresholds: torch.Tensor) -> torch.
     return (confidence >= bar).int().argmax(1)
 
 
+class _ScaleGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, share: float, *tensors: torch.Tensor):
+        ctx.share = share
+        return tuple(t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, *(None if g is None else g * ctx.share for g in grads))
+
+
+def scale_gradient(state: State, share: float) -> State:
+    """``state`` unchanged going forward; going back, ``share`` of the gradient through it.
+
+    Before an early head this sets how hard the head pulls the shared layers towards its own
+    features (Gradient Equilibrium, Li et al., 2019, scales gradients at a chain's branches in
+    the same place), while the head's own weights still learn from its whole loss — unlike
+    ``exit_weight``, which slows both."""
+    if isinstance(state, torch.Tensor):
+        return _ScaleGradient.apply(share, state)[0]
+    if isinstance(state, (list, tuple)):
+        return type(state)(scale_gradient(s, share) for s in state)
+    if isinstance(state, dict):
+        return {key: scale_gradient(value, share) for key, value in state.items()}
+    raise TypeError(f"cannot scale the gradient through a state of type {type(state).__name__}")
+
+
 @dataclass
 class ThresholdOptions(LearnerOptions):
     """``exit_weight``: the weight of every head but the deepest in the training loss, beside
     the deepest head's 1. At 1 every head counts alike (MSDNet's sum). Each early head's
     gradient reaches only the stages before it, so the shared early stages learn for every
     head at once; below 1 they lean towards the features the deepest head needs, as the
-    smaller weights Shallow-Deep Networks give their early heads do."""
+    smaller weights Shallow-Deep Networks give their early heads do. ``trunk_gradient`` leans
+    them the same way without slowing the early heads' own weights (:func:`scale_gradient`)."""
 
     exit_weight: float = field(default=1.0, metadata={"help": "weight of every head but the deepest in the training loss "
                                                               "(1: all alike; below 1 favours the deepest head)"})
+    trunk_gradient: float = field(default=1.0, metadata={
+        "help": "share of each early head's gradient passed on to the layers before it; the head itself learns at "
+                "full rate (1: all; 0: the trunk learns for the deepest head alone)"})
 
     def __post_init__(self) -> None:
-        if not 0 <= self.exit_weight <= 1:
-            raise ValueError(f"--exit-weight must lie in [0, 1] (an early head's weight beside the deepest head's 1), "
-                             f"got {self.exit_weight!r}")
+        for name, value in (("exit-weight", self.exit_weight), ("trunk-gradient", self.trunk_gradient)):
+            if not 0 <= value <= 1:
+                raise ValueError(f"--{name} must lie in [0, 1] (a share of an early head's pull on the net beside "
+                                 f"the deepest head's 1), got {value!r}")
 
 
 class ThresholdLearner(SGDLearner):
@@ -131,6 +164,10 @@ class ThresholdLearner(SGDLearner):
         weights = torch.ones(len(net.leaves))
         weights[indices[:-1]] = config.options.exit_weight
         self.head_weights = weights.to(device)  # (leaves,): each head's weight in c_err
+        share = config.options.trunk_gradient
+        if share != 1:
+            for leaf in self.chain_leaves[:-1]:
+                net.nodes[leaf].transform.register_forward_pre_hook(lambda _, args: (scale_gradient(args[0], share), *args[1:]))
 
     def train_step(self, batch: Split, iteration: int) -> dict[str, float]:
         out = self.net(batch.images)

@@ -73,9 +73,33 @@ def test_exit_weight_scales_every_early_heads_gradient_and_not_the_deepest(exit_
     torch.testing.assert_close(grads[exit_weight][leaves[-1]], grads[1.0][leaves[-1]])
 
 
-def test_exit_weight_outside_zero_to_one_is_refused():
-    with pytest.raises(ValueError, match=r"--exit-weight must lie in \[0, 1\]"):
-        make_config("smoke", agent="threshold", arch="chain", exit_weight=1.5)
+def first_step_gradients(**options):
+    config = make_config("smoke", agent="threshold", arch="chain", lr=0.02, k_l2=0.0, **options)
+    learner = make_learner(config, 2, torch.device("cpu"))
+    learner.train_step(varied_split(16, 0), 0)  # the first step: same weights, so gradients compare
+    heads = {leaf: learner.net.nodes[leaf].transform.linear.weight.grad.clone() for leaf in learner.net.leaves}
+    trunk = torch.cat([p.grad.flatten() for p in learner.net.nodes[learner.net.root].transform.parameters()])
+    return heads, trunk
+
+
+def test_trunk_gradient_scales_only_what_the_early_heads_pass_to_the_trunk():
+    heads, trunk = {}, {}
+    for share in (1.0, 0.0, 0.25):
+        heads[share], trunk[share] = first_step_gradients(trunk_gradient=share)
+    for leaf in heads[1.0]:
+        torch.testing.assert_close(heads[0.25][leaf], heads[1.0][leaf])  # the heads learn at full rate
+    # the root's gradient: the deepest head's, plus `share` of the early heads'
+    assert not torch.allclose(trunk[0.0], trunk[1.0])
+    torch.testing.assert_close(trunk[0.25], 0.25 * trunk[1.0] + 0.75 * trunk[0.0])
+    _, deepest_only = first_step_gradients(exit_weight=0.0)
+    torch.testing.assert_close(trunk[0.0], deepest_only)
+
+
+@pytest.mark.parametrize("option", ["exit_weight", "trunk_gradient"])
+def test_a_share_outside_zero_to_one_is_refused(option):
+    flag = option.replace("_", "-")
+    with pytest.raises(ValueError, match=rf"--{flag} must lie in \[0, 1\]"):
+        make_config("smoke", agent="threshold", arch="chain", **{option: 1.5})
 
 
 def test_before_calibration_everyone_runs_to_the_last_head(trained):
