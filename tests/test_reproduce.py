@@ -5,6 +5,9 @@ figures, docs/reproduction.md — on one smoke figure."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
+from pathlib import Path
 
 import pytest
 from synthetic_data import write_cifar_pickles, write_mnist_idx
@@ -118,6 +121,64 @@ def test_several_static_learning_rates_plan_one_folder_each(tmp_path, capsys):
                            "0.02", "--logdir", str(tmp_path)]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
     assert {"hybrid-w1/static-static-1-k4e-09-s0", "hybrid-w1-lr0.02/static-static-1-k4e-09-s0"} <= set(listed)
+
+
+def test_later_seeds_train_each_static_net_at_the_rate_the_first_seed_validated_best(tmp_path, capsys):
+    hybrid, rates = [reproduce.figures()["hybrid"]], {"hybrid-w1": [0.1, 0.02]}
+    plan = functools.partial(reproduce.plan_runs, hybrid, "smoke", k_cpts=[4e-9], static_columns=[1, 8], static_lrs=rates,
+                             logdir=tmp_path, machine={})
+    first = plan(seeds=[0])
+    validation = {("static-1", 0.1): 0.9, ("static-1", 0.02): 0.8, ("static-8", 0.1): 0.5, ("static-8", 0.02): 0.7}
+    for series, config in first["hybrid"]:
+        if series.agent == "static":
+            run = tmp_path / series.folder / config.run_name
+            run.mkdir(parents=True)
+            history = [{"evaluations": [{"accuracy": validation[(config.arch, config.lr)]}]}]
+            (run / "metrics.json").write_text(json.dumps({"history": history}))
+    choices = reproduce.static_lr_choices(first, rates)
+    assert choices == {("hybrid-w1", "static-1"): 0.1, ("hybrid-w1", "static-8"): 0.02}
+    statics = [(s.folder, c.arch, c.seed) for s, c in plan(seeds=[0, 1], lr_choices=choices)["hybrid"] if s.agent == "static"]
+    assert sorted(statics) == sorted([("hybrid-w1", "static-1", 0), ("hybrid-w1", "static-8", 0),
+                                      ("hybrid-w1-lr0.02", "static-1", 0), ("hybrid-w1-lr0.02", "static-8", 0),
+                                      ("hybrid-w1", "static-1", 1), ("hybrid-w1-lr0.02", "static-8", 1)])
+    # until the first seed has both runs of a net, a later seed trains it at every rate
+    (tmp_path / "hybrid-w1-lr0.02" / "static-static-8-k4e-09-s0" / "metrics.json").unlink()
+    assert reproduce.static_lr_choices(first, rates) == {("hybrid-w1", "static-1"): 0.1}
+    later = [(s.folder, c.arch) for s, c in plan(seeds=[0, 1], lr_choices=reproduce.static_lr_choices(first, rates))["hybrid"]
+             if s.agent == "static" and c.seed == 1]
+    assert sorted(later) == [("hybrid-w1", "static-1"), ("hybrid-w1", "static-8"), ("hybrid-w1-lr0.02", "static-8")]
+
+
+class StopSweep(Exception):
+    pass
+
+
+def test_the_first_seeds_static_nets_train_before_the_later_seeds_are_planned(tmp_path, monkeypatch):
+    sweeps = []
+
+    def fake_sweep(configs, **_):  # static-1 validates best at 0.1, static-2 at 0.02
+        sweeps.append([(c.agent, c.arch, c.seed, c.lr) for c in configs])
+        for c in configs:
+            run = Path(c.logdir) / c.run_name
+            if c.agent == "static" and c.seed == 0 and not run.exists():
+                accuracy = {("static-1", 0.1): 0.9, ("static-2", 0.02): 0.9}.get((c.arch, c.lr), 0.5)
+                run.mkdir(parents=True)
+                (run / "metrics.json").write_text(json.dumps({"history": [{"evaluations": [{"accuracy": accuracy}]}], "train_seconds": 1.0}))
+        if len(sweeps) in (1, 3):
+            raise StopSweep
+
+    monkeypatch.setattr(reproduce, "run_sweep", fake_sweep)
+    args = ["--figure", "hybrid", "--seeds", "0", "1", "--static", "1", "2", "--static-lr", "0.1", "0.02", "--k-cpts",
+            "4e-9", "--logdir", str(tmp_path / "runs"), "--figures-dir", str(tmp_path / "figures"), "--report",
+            str(tmp_path / "report.md")]
+    with pytest.raises(StopSweep):
+        reproduce.main(args)  # interrupted in the first phase: the first seed's static nets at both rates, nothing else
+    assert sorted(sweeps[0]) == sorted(("static", arch, 0, lr) for arch in ("static-1", "static-2") for lr in (0.1, 0.02))
+    with pytest.raises(StopSweep):
+        reproduce.main(args)
+    later = {(arch, lr) for agent, arch, seed, lr in sweeps[2] if agent == "static" and seed == 1}
+    assert later == {("static-1", 0.1), ("static-2", 0.02)}
+    assert {agent for agent, *_ in sweeps[2]} > {"static"}
 
 
 def test_figures_share_their_runs_and_a_dry_run_trains_nothing(tmp_path, capsys):

@@ -544,9 +544,15 @@ def purity(points: Sequence[Point]) -> float | None:
 
 def plan_runs(chosen: Sequence[Figure], preset: str, seeds: Sequence[int], k_cpts: Sequence[float],
               static_columns: Sequence[int], static_lrs: dict[str, Sequence[float | None]], logdir: Path,
-              machine: dict) -> dict[str, list[tuple[Series, TrainConfig]]]:
-    """Every figure's (series, config) pairs; a run shared by figures has one config."""
+              machine: dict, lr_choices: dict[tuple[str, str], float] | None = None
+              ) -> dict[str, list[tuple[Series, TrainConfig]]]:
+    """Every figure's (series, config) pairs; a run shared by figures has one config.
+
+    A static net of the first seed is trained at each of ``static_lrs[folder]``; of a later
+    seed, only at ``lr_choices[(folder, arch)]`` (:func:`static_lr_choices`) where the first
+    seed has chosen, else at each too."""
     planned = {}
+    lr_choices = lr_choices or {}
     for figure in chosen:
         pairs = []
         for series in figure.series:
@@ -554,14 +560,42 @@ def plan_runs(chosen: Sequence[Figure], preset: str, seeds: Sequence[int], k_cpt
                 for i, lr in enumerate(static_lrs.get(series.folder) or [None]):
                     tagged = dataclasses.replace(series, tag=f"-lr{lr:g}" if i else "")
                     fields = {**machine, **series.settings, "logdir": str(logdir / tagged.folder)}
-                    pairs += [(tagged, config) for config in
-                              sweep_configs([], [], seeds, static_columns, preset=preset, static_lr=lr, **fields)]
+                    for seed in seeds:
+                        columns = [n for n in static_columns
+                                   if seed == seeds[0] or lr_choices.get((series.folder, f"static-{n}"), lr) == lr]
+                        pairs += [(tagged, config) for config in
+                                  sweep_configs([], [], [seed], columns, preset=preset, static_lr=lr, **fields)]
             else:
                 fields = {**PAPER_LEARNERS, **machine, **series.settings, "logdir": str(logdir / series.folder)}
                 scaled = ["dynamic"] if series.dynamic else [k * series.k_cpt_scale for k in k_cpts]
                 pairs += [(series, config) for config in sweep_configs([series.agent], scaled, seeds, preset=preset, **fields)]
         planned[figure.name] = pairs
     return planned
+
+
+def static_lr_choices(planned: dict[str, list[tuple[Series, TrainConfig]]], static_lrs: dict[str, Sequence[float | None]]
+                      ) -> dict[tuple[str, str], float]:
+    """``(folder, arch)`` → the learning rate whose run validated best (the first listed on a
+    tie), for each static net of ``planned`` complete at every one of ``static_lrs[folder]``.
+
+    Chosen on the first seed and kept for the others, as any hyperparameter is: the later
+    seeds then train each net once, not once per rate."""
+    validated: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for pairs in planned.values():
+        for series, config in pairs:
+            path = Path(config.logdir) / config.run_name / METRICS_FILE
+            if series.agent == "static" and path.is_file():
+                accuracy = final_validation_accuracy(json.loads(path.read_text()))
+                if accuracy is not None:
+                    validated.setdefault((dataclasses.replace(series, tag="").folder, config.arch), []).append(
+                        (accuracy, config.lr))
+    choices = {}
+    for (folder, arch), runs in validated.items():
+        rates = list(dict.fromkeys(static_lrs.get(folder) or []))
+        by_rate = dict((lr, accuracy) for accuracy, lr in runs)
+        if len(rates) > 1 and set(rates) <= set(by_rate):
+            choices[(folder, arch)] = max(rates, key=lambda lr: (by_rate[lr], -rates.index(lr)))
+    return choices
 
 
 def unique_configs(planned: dict[str, list[tuple[Series, TrainConfig]]]) -> list[TrainConfig]:
@@ -766,8 +800,8 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
     parser.add_argument("--static", nargs="+", type=int, default=list(STATIC_COLUMNS), help="static nets by columns (default: 1..8)")
     parser.add_argument("--widths", nargs="+", type=int, default=[1, 2, 3], help="capacity figure widths (default: 1 2 3)")
     parser.add_argument("--static-lr", nargs="+", default=[format(lr, "g") for lr in STATIC_LRS],
-                        help="static nets' learning rate; several: each net trains at each, and the one with the best "
-                             "validation accuracy is its point (default: "
+                        help="static nets' learning rate; several: each net of the first seed trains at each, and the one "
+                             "with the best validation accuracy is its point and the later seeds' rate (default: "
                              f"{' '.join(format(lr, 'g') for lr in STATIC_LRS)}); auto: one for every net, chosen on "
                              "validation per dataset and width by static-8's trials (the deep net's rate starves the "
                              "shallow ones)")
@@ -827,7 +861,15 @@ def _reproduce(args, prog: str) -> int:
                **schedule_fields(args, SET_BY_FLAG, "the reproduction")}
     statics = {s.folder: s for f in chosen for s in f.series if s.agent == "static"}
     lr_of = {folder: ([None] if args.static_lr == "auto" else args.static_lr) for folder in statics}
-    planned = plan_runs(chosen, args.preset, args.seeds, sorted(args.k_cpts), args.static, lr_of, logdir, machine)
+    plan = functools.partial(plan_runs, chosen, args.preset, k_cpts=sorted(args.k_cpts), static_columns=args.static,
+                             static_lrs=lr_of, logdir=logdir, machine=machine)
+    first_seed = plan(seeds=args.seeds[:1])
+    lr_choices = static_lr_choices(first_seed, lr_of)
+    stand_ins = {(folder, f"static-{n}"): lrs[0] for folder, lrs in lr_of.items() for n in args.static
+                 if len(lrs) > 1 and (folder, f"static-{n}") not in lr_choices}
+    if args.dry_run:  # count a later seed's static net once, at a stand-in rate, before the first seed has chosen
+        lr_choices = {**stand_ins, **lr_choices}
+    planned = plan(seeds=args.seeds, lr_choices=lr_choices)
     configs = unique_configs(planned)
     run_backend = backend(args, configs)
     rows = {f.name: budget_row(unique_configs({f.name: planned[f.name]}), run_backend["workers"] or 1) for f in chosen}
@@ -839,6 +881,9 @@ def _reproduce(args, prog: str) -> int:
                 run_dir = Path(config.logdir) / config.run_name
                 state = "complete" if (run_dir / METRICS_FILE).is_file() else "resume" if has_checkpoint(run_dir, config) else "new"
                 print(f"  {series.folder}/{config.run_name}  ({series.label}, {state})")
+        if stand_ins and len(args.seeds) > 1:
+            print(f"{len(stand_ins)} static nets of seeds {', '.join(map(str, args.seeds[1:]))} are listed at "
+                  f"{args.static_lr[0]:g} until seed {args.seeds[0]} has chosen their rate on validation")
         if args.static_lr == "auto":
             trial = args.lr_iterations or lr_trial_iterations(args.preset, machine.get("iterations"))
             print(f"plus {len(statics) * len(LR_CANDIDATES)} learning-rate trials of {trial} iterations "
@@ -856,6 +901,12 @@ def _reproduce(args, prog: str) -> int:
     failure = None
     if not args.report_only:
         try:
+            if len(args.seeds) > 1 and any(len(lrs) > 1 for lrs in lr_of.values()):
+                # the first seed's static nets at every rate, then the rest with the rates they chose
+                run_sweep(unique_configs({name: [(series, config) for series, config in pairs if series.agent == "static"]
+                                          for name, pairs in first_seed.items()}), **run_backend)
+                planned = plan(seeds=args.seeds, lr_choices=static_lr_choices(first_seed, lr_of))
+                configs = unique_configs(planned)
             run_sweep(configs, **run_backend)
         except SweepError as error:  # report what finished, then say what did not
             failure = error
@@ -863,7 +914,8 @@ def _reproduce(args, prog: str) -> int:
     command = " ".join(["python experiments/reproduce_paper.py --figure {figure}", *schedule_flags(args)])
     static_lr = ("chosen on validation per dataset and width" if args.static_lr == "auto" else
                  f"{args.static_lr[0]:g}" if len(args.static_lr) == 1 else
-                 f"each net trained at {', '.join(f'{lr:g}' for lr in args.static_lr)}, the best on validation per net and seed")
+                 f"each net trained at {', '.join(f'{lr:g}' for lr in args.static_lr)} on the first seed, the best on its "
+                 f"validation for every seed")
     lines = ["# Reproducing the paper's experiments (Section 5)", "",
              f"Preset `{args.preset}`{f', {args.iterations} iterations' if args.iterations else ''}, seeds "
              f"{', '.join(map(str, args.seeds))}, k_cpt {', '.join(f'{k:g}' for k in sorted(args.k_cpts))}, static nets "
