@@ -3,6 +3,8 @@ and the command that draws them beside learned routers."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -13,6 +15,7 @@ from routing_rl.app.cli import main as train
 from routing_rl.data import Split
 from routing_rl.nets import resnet
 from routing_rl.nets.multiscale import tree
+from routing_rl.training.batchnorm import fresh_statistics
 from routing_rl.training.evaluate import heads_alone
 from helpers import varied_images
 
@@ -69,6 +72,24 @@ def test_anytime_points_are_each_exit_alone_and_cost_its_segments_and_head():
     assert [p["mean_macs"] for p in points] == reach
 
 
+def test_recalibrated_exits_are_judged_by_the_statistics_of_every_example_not_of_a_routed_few():
+    net = resnet.build("resnet20-exits", width=0.25, classes=3)
+    train_images = varied_images(64, seed=4)
+    test = Split(varied_images(24, seed=5), torch.randint(3, (24,)), torch.zeros(24, dtype=torch.long))
+    with fresh_statistics(net):
+        net(train_images)
+    fair = protocols.exit_readings(net, test)
+    starved = copy.deepcopy(net)  # as sampled training leaves a node: statistics of the few examples routed there
+    with fresh_statistics(starved):
+        starved(train_images[:3] * 3 + 1)
+    before = [b.clone() for b in starved.buffers()]
+    assert not torch.allclose(protocols.exit_readings(starved, test)[0], fair[0])
+    again = protocols.recalibrated(starved, train_images)
+    torch.testing.assert_close(protocols.exit_readings(again, test)[0], fair[0])
+    assert torch.equal(protocols.exit_readings(again, test)[1], fair[1])
+    assert all(torch.equal(b, a) for b, a in zip(before, starved.buffers())), "the net given is left as it is"
+
+
 def test_a_net_that_branches_is_refused():
     with pytest.raises(ValueError, match="the protocols need a chain"):
         protocols.exit_macs(tree())
@@ -101,6 +122,8 @@ def test_one_command_writes_the_figure_the_table_and_tensorboard(tiny_data, tmp_
     assert "protocols/accuracy_macs" in events.Tags()["images"]
     anytime_steps = [event.step for event in events.Scalars("protocols/anytime_prediction__each_exit")]
     assert anytime_steps == protocols.exit_macs(resnet.build("resnet20-exits"))[0]
+    assert protocols.main([str(backbone), "--recalibrate", "--out", str(tmp_path / "recalibrated")]) == 0
+    assert "batch norm recalibrated" in (tmp_path / "recalibrated" / "protocols.md").read_text()
 
 
 def test_router_runs_of_another_task_are_refused_before_anything_is_written(tiny_data, tmp_path, capsys, monkeypatch):

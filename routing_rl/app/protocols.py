@@ -15,6 +15,11 @@ from their test evaluations; the table gives each one's margin over the budgeted
 and each exit alone (the upper-left hull of their test points, :mod:`routing_rl.app.frontier`)
 at its MACs.
 
+With ``--recalibrate`` every exit is judged with batch-norm statistics averaged over the run's
+training part with every example reaching every exit (:func:`recalibrated`): a net trained on
+sampled paths keeps in each node the statistics of the examples its policy sent there, which
+judge an exit used alone by another population than the one it then sees.
+
 ``python experiments/protocols.py RUN_DIR [--routers RUN_DIR ...] --out FOLDER`` writes
 ``protocols.png``, ``protocols.csv`` and ``protocols.md`` and logs the curves to TensorBoard in
 ``FOLDER`` (scalars whose step is the mean MACs per example, and the figure).
@@ -22,6 +27,7 @@ at its MACs.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,6 +43,7 @@ from routing_rl.app.plots import accuracy_macs_figure, write_csv
 from routing_rl.app.runs import load_run, prepare_data
 from routing_rl.core.graph import RoutedNet
 from routing_rl.data import Split
+from routing_rl.training.batchnorm import fresh_statistics
 from routing_rl.training.evaluate import check_outputs
 
 MSDNET_Q = tuple(p / 20 for p in range(1, 40))
@@ -91,6 +98,18 @@ def exit_readings(net: RoutedNet, split: Split, batch_size: int = 500) -> tuple[
     return torch.cat(confidence), torch.cat(correct)
 
 
+def recalibrated(net: RoutedNet, images: torch.Tensor, batch_size: int = 500) -> RoutedNet:
+    """A copy of ``net`` whose batch-norm statistics are the averages over ``images``
+    ``(N, *input_shape)`` with every example reaching every node (on a chain, each exit's own
+    path): the statistics an exit used alone normalises by. ``net`` is left as it is."""
+    net = copy.deepcopy(net)
+    device = net.leaf_macs.device
+    with fresh_statistics(net):
+        for start in range(0, len(images), batch_size):
+            net(images[start : start + batch_size].to(device), 0.0 if net.k_cpt_input else None)
+    return net
+
+
 def anytime(net: RoutedNet, test: Split) -> list[dict]:
     """Each exit's test accuracy and the MACs to reach it: ``exit``, ``accuracy``, ``mean_macs``."""
     _, correct = exit_readings(net, test)
@@ -135,13 +154,17 @@ def router_points(run_dirs: Sequence[Path], backbone: dict) -> list[dict]:
     return test_points(runs)
 
 
-def protocol_points(run_dir: Path, router_dirs: Sequence[Path] = ()) -> tuple[list[dict], dict]:
+def protocol_points(run_dir: Path, router_dirs: Sequence[Path] = (), recalibrate: bool = False
+                    ) -> tuple[list[dict], dict]:
     """Every point of the figure and table: anytime, budgeted batch (the run's own validation
-    part and test split, as the run was judged), and the routers'; and the backbone's metrics."""
+    part and test split, as the run was judged), and the routers'; and the backbone's metrics.
+    ``recalibrate``: the exits judged by :func:`recalibrated` statistics of the training part."""
     (backbone,) = read_metrics([Path(run_dir)])
     config, task, net = load_run(run_dir)
-    _, _, validation, test = prepare_data(config, task)
+    _, train_part, validation, test = prepare_data(config, task)
     validation, test = task.examples(validation), task.examples(test)
+    if recalibrate:
+        net = recalibrated(net, task.examples(train_part).images)
     points = [*anytime(net, test), *budgeted_batch(net, validation, test)]
     routers = with_margins(router_points(router_dirs, backbone), points)
     return [*points, *routers], backbone
@@ -189,14 +212,16 @@ def log_to_tensorboard(out_dir: Path, points: Sequence[dict], figure) -> None:
         writer.add_figure("protocols/accuracy_macs", figure, close=False)
 
 
-def write_protocols(run_dir: Path, router_dirs: Sequence[Path], out_dir: Path, title: str = "") -> list[Path]:
+def write_protocols(run_dir: Path, router_dirs: Sequence[Path], out_dir: Path, title: str = "",
+                    recalibrate: bool = False) -> list[Path]:
     """Write ``protocols.png``, ``protocols.csv``, ``protocols.md`` and TensorBoard events into
     ``out_dir``; returns the files written. ValueError, before anything is written, for a run
     that has not finished, is not a chain, or router runs of another task."""
     out_dir = Path(out_dir)
     check_out_folder(out_dir)
-    points, backbone = protocol_points(Path(run_dir), [Path(d) for d in router_dirs])
-    short = title or f"{backbone['arch']}, run {Path(backbone['run']).name}"
+    points, backbone = protocol_points(Path(run_dir), [Path(d) for d in router_dirs], recalibrate)
+    short = title or (f"{backbone['arch']}, run {Path(backbone['run']).name}"
+                      + (", batch norm recalibrated" if recalibrate else ""))
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [{k: v for k, v in p.items() if not isinstance(v, list)} for p in points]
     write_csv(out_dir / "protocols.csv", rows)
@@ -216,8 +241,12 @@ def main(argv: list[str] | None = None, prog: str = "protocols.py") -> int:
     parser.add_argument("--routers", nargs="*", default=[], help="run folders of learned routers on the same task")
     parser.add_argument("--out", default="protocols", help="folder for the figure, table and TensorBoard events")
     parser.add_argument("--title", default="", help="title of the figure and table")
+    parser.add_argument("--recalibrate", action="store_true",
+                        help="judge the exits with batch-norm statistics of the training part, every example reaching "
+                             "every exit (for nets trained on sampled paths)")
     args = parser.parse_args(argv)
-    return write_or_exit(parser, args.out, lambda: write_protocols(Path(args.run), args.routers, Path(args.out), args.title))
+    return write_or_exit(parser, args.out, lambda: write_protocols(Path(args.run), args.routers, Path(args.out), args.title,
+                                                                   args.recalibrate))
 
 
 if __name__ == "__main__":
