@@ -90,6 +90,17 @@ def test_recalibrated_exits_are_judged_by_the_statistics_of_every_example_not_of
     assert all(torch.equal(b, a) for b, a in zip(before, starved.buffers())), "the net given is left as it is"
 
 
+def test_recalibration_mixes_a_sorted_split_so_the_variance_between_its_kinds_counts():
+    net = resnet.build("resnet20-exits", width=0.25, classes=3)
+    kinds = torch.cat([varied_images(200, seed=6), varied_images(200, seed=7) * 3 + 2])  # sorted: one kind, then the other
+    exact = copy.deepcopy(net)
+    with fresh_statistics(exact):
+        exact(kinds)  # one batch of all 400: the whole set's statistics
+    first = next(name for name, m in net.named_modules() if isinstance(m, torch.nn.BatchNorm2d))
+    variance = dict(protocols.recalibrated(net, kinds, batch_size=200).named_modules())[first].running_var
+    torch.testing.assert_close(variance, dict(exact.named_modules())[first].running_var, rtol=0.15, atol=0)
+
+
 def test_a_net_that_branches_is_refused():
     with pytest.raises(ValueError, match="the protocols need a chain"):
         protocols.exit_macs(tree())

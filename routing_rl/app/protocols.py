@@ -101,12 +101,17 @@ def exit_readings(net: RoutedNet, split: Split, batch_size: int = 500) -> tuple[
 def recalibrated(net: RoutedNet, images: torch.Tensor, batch_size: int = 500) -> RoutedNet:
     """A copy of ``net`` whose batch-norm statistics are the averages over ``images``
     ``(N, *input_shape)`` with every example reaching every node (on a chain, each exit's own
-    path): the statistics an exit used alone normalises by. ``net`` is left as it is."""
+    path): the statistics an exit used alone normalises by. ``net`` is left as it is.
+
+    The images go in batches of a seeded random order, mixed as training batches are: the
+    averaged variances of batches that each hold one kind of image (a split sorted by source,
+    say) would miss the variance between the kinds."""
     net = copy.deepcopy(net)
     device = net.leaf_macs.device
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
     with fresh_statistics(net):
         for start in range(0, len(images), batch_size):
-            net(images[start : start + batch_size].to(device), 0.0 if net.k_cpt_input else None)
+            net(images[order[start : start + batch_size]].to(device), 0.0 if net.k_cpt_input else None)
     return net
 
 
