@@ -82,10 +82,11 @@ class Learner(ABC):
         ``charts/train_accuracy``, ``charts/train_mean_macs`` where they exist.
         """
 
-    def before_evaluation(self, train: Split) -> None:
+    def before_evaluation(self, train: Split, iteration: int) -> None:
         """Called before every validation and before the final test evaluation, with the
-        training split (un-augmented; clips for a sequence task): a learner whose evaluation-mode net needs refreshing
-        from training data (batch-norm statistics) does it here."""
+        training split (un-augmented; clips for a sequence task) and the iterations trained so
+        far: a learner whose evaluation-mode net needs refreshing from training data
+        (batch-norm statistics) does it here."""
 
     def error_cost(self, logits: torch.Tensor, labels: torch.Tensor, kind: str = "cross_entropy") -> torch.Tensor:
         """c_err per example ``(B,)``: :attr:`task`'s (a plug-in may define its own), else

@@ -31,8 +31,12 @@ starving: **side heads** (``side_heads``: every exit head whose input the path c
 and learns on it, and every junction on the path observes its exit's true cost) and **ε from
 1, annealed**, so every column trains before the critic commits. Before every evaluation the
 batch-norm statistics are recomputed over :data:`CALIBRATION_IMAGES` training images routed
-by the inference policy (:func:`~routing_rl.training.batchnorm.recalibrate`), since in train
-mode each node saw only the small, shifting sub-batches that reached it.
+by the training policy at its current ε or τ (:func:`~routing_rl.training.batchnorm.recalibrate`):
+in train mode each node normalised the small, shifting sub-batches that policy sent it, so its
+weights fit the statistics of that population. The inference policy's population can differ
+far from it (under wide exploration a deep column trains on every kind of image, and the
+greedy policy then sends it only the hardest kind), and normalising by it misreads the
+weights.
 
 **Defaults of a critic on the full tree**, each a flag:
 
@@ -268,16 +272,18 @@ class CriticLearner(SGDLearner):
             "mean_macs": macs.mean(),
         }
 
-    def before_evaluation(self, train: Split) -> None:
+    def before_evaluation(self, train: Split, iteration: int) -> None:
         """Sampled execution: batch-norm statistics recomputed on :data:`CALIBRATION_IMAGES`
-        training images routed by the inference policy (see the module docstring); for a
-        sequence task, frames of training clips with the memory that policy carried."""
+        training images routed by the training policy at ``iteration`` (see the module
+        docstring); for a sequence task, frames of training clips with the memory the inference
+        policy carried."""
         if self.execution != "sampled":
             return
         images = self.calibration_images(train)
         values = torch.tensor(self.k_cpt.values, dtype=self.dtype, device=self.device)
         k_cpt = values.repeat(len(images) // len(values) + 1)[: len(images)] if self.k_cpt.dynamic else None
-        recalibrate(self.net, images, argmax_decide, k_cpt)
+        decide = sample(self.policy, iteration, seeded_generator(self.config.seed, self.device), self.priors)
+        recalibrate(self.net, images, decide, k_cpt)
 
     def calibration_images(self, train: Split) -> torch.Tensor:
         """Up to :data:`CALIBRATION_IMAGES` net inputs of ``train`` in a seeded random order, on

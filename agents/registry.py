@@ -58,6 +58,6 @@ def check_agent(config: TrainConfig, task: RoutingTask, validation: Split) -> No
     trial = dataclasses.replace(config, compile=False, channels_last=False)
     learner = make_learner(trial, task, torch.device("cpu"))
     sample = validation.subset(torch.arange(min(PREFLIGHT_EXAMPLES, len(validation))))
-    learner.before_evaluation(sample)
+    learner.before_evaluation(sample, 0)
     for _, k_cpt, decide in learner.evaluation_points(sample):
         evaluate(learner.net, sample, k_cpt, decide, classes=task.classes, sources=task.sources, task=task)

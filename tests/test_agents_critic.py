@@ -291,13 +291,30 @@ def test_sampled_critics_recompute_batch_norm_statistics_before_evaluation(execu
     train = Split(torch.rand(40, 3, 32, 32), torch.randint(0, 3, (40,)), torch.zeros(40, dtype=torch.long))
     norm = net.nodes["col1"].transform.norms[0]
     before = norm.running_mean.clone()
-    learner.before_evaluation(train)
+    learner.before_evaluation(train, 0)
     if execution == "full":
         assert torch.equal(norm.running_mean, before), "full-tree training already normalises every node by the whole batch"
         return
     with torch.no_grad():  # every image passes column 1: its statistics are those of all 40 images
         z = net.nodes["col1"].transform.convs[0](train.images)
     torch.testing.assert_close(norm.running_mean, z.mean((0, 2, 3)), rtol=1e-4, atol=1e-5)
+
+
+def test_a_sampled_critic_normalises_each_node_by_the_population_its_training_policy_sent_it():
+    torch.manual_seed(0)
+    net = chain(classes=3)
+    config = make_config("smoke", agent="critic", policy="eps-greedy", execution="sampled", epsilon=1.0,
+                         epsilon_half_life=10**6, exploration="leaf")
+    learner = CriticLearner(net, config, CPU)
+    train = Split(torch.rand(400, 3, 32, 32), torch.randint(0, 3, (400,)), torch.zeros(400, dtype=torch.long))
+    norm = net.nodes["col4"].transform.norms[0]
+    before = norm.running_mean.clone()
+    with torch.no_grad():
+        greedy = route(net.eval(), train.images, argmax_decide)
+    assert "col4" not in greedy.visits, "untrained, the greedy policy stops every image before column 4"
+    learner.before_evaluation(train, 100)
+    assert not torch.equal(norm.running_mean, before), \
+        "under full exploration column 4 trained on half of the images: its statistics are theirs"
 
 
 def test_side_heads_are_trained_but_never_charged():

@@ -244,7 +244,7 @@ def fit(
                 shown = {k.split("/")[-1]: v for k, v in stats.items() if k in SHOWN_IN_PROGRESS}
                 monitor.progress(1, examples, stats["losses/total"], **shown)
             if validating:
-                learner.before_evaluation(train)
+                learner.before_evaluation(train, state.iteration)
                 entry = evaluate_on_validation(learner, validation, state.iteration, monitor, task, kept())
                 state.history.append(entry)
                 if after_validation is not None:

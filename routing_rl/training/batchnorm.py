@@ -3,8 +3,8 @@
 With sampled decisions a node trains on the sub-batch the training policy routed to it,
 often a handful of examples, and its running statistics are a moving average of those
 small, shifting sub-batches. :func:`recalibrate` recomputes them as exact averages over
-many examples routed by the inference policy, so that at evaluation each node normalises
-its inputs by the statistics of the examples that really reach it.
+many examples routed by a given policy (the sampled critic's: its training policy, whose
+populations its weights were fitted to).
 """
 
 from __future__ import annotations
