@@ -218,6 +218,19 @@ def test_synced_batch_norm_does_what_the_router_batch_norm_does(rows, monkeypatc
         torch.testing.assert_close(synced.state_dict()[f"0.{name}"], value, msg=name)
 
 
+def test_synced_batch_norm_recalibrating_a_lone_example_reads_the_running_statistics(monkeypatch):
+    from routing_rl.nets.router import RouterBatchNorm
+
+    plain = RouterBatchNorm(4)
+    with torch.no_grad():
+        plain.running_mean.uniform_(-1, 1), plain.running_var.uniform_(0.5, 2)
+    synced = synchronise_batch_norm(torch.nn.Sequential(RouterBatchNorm(4)))
+    synced.load_state_dict({f"0.{k}": v for k, v in plain.state_dict().items()})
+    x = torch.randn(1, 4)
+    with one_process_group(monkeypatch), torch.no_grad():  # as batch-norm recalibration runs it
+        torch.testing.assert_close(synced(x), plain(x))
+
+
 def test_synced_batch_norm_leaves_running_statistics_alone_without_examples(monkeypatch):
     synced = synchronise_batch_norm(torch.nn.Sequential(torch.nn.BatchNorm2d(3)))
     before = {k: v.clone() for k, v in synced.state_dict().items()}

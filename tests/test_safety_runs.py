@@ -220,6 +220,10 @@ def test_a_resumed_run_logs_no_step_twice(tiny_data, tmp_path, capsys, monkeypat
     with pytest.raises(SystemExit):
         main(args(tiny_data, tmp_path, "run", "--eval-every", "1"))  # validated at 1, 2, 3; checkpoint at 2
     monkeypatch.setattr(StaticLearner, "train_step", original)
+    # TensorBoard reads event files in name order: the second they were opened, then a counter of
+    # this process's writers compared as text ("10" before "9"). A resumed run opens its file in a
+    # later process and a later second; here, the same process: the second must differ.
+    time.sleep(1.1)
     assert main(["--resume", str(tmp_path / "run")]) == 0
     accumulator = EventAccumulator(str(tmp_path / "run"))
     accumulator.Reload()

@@ -178,7 +178,8 @@ class SyncedBatchNorm(_BatchNorm):
     takes part. The count never leaves the device (no wait for the GPU): the running
     statistics move only where it exceeds one, as when one process runs the layer on the
     global batch or skips it. Without a process group, in eval mode, or without gradients
-    (recalibrating running statistics on data every process holds whole) it is plain batch norm.
+    (recalibrating running statistics on data every process holds whole) it is plain batch norm,
+    but for a router's lone example, normalised by the running statistics there too.
 
     Args:
         lone_example_running_stats: with one value per channel in the global batch, normalise
@@ -197,6 +198,8 @@ class SyncedBatchNorm(_BatchNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training and torch.is_grad_enabled() and dist.is_initialized()):
+            if self.lone_example_running_stats and self.training and x.shape[0] == 1:  # recalibrating, one example here
+                return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
             return super().forward(x)
         self._check_input_dim(x)
         channels = x.shape[1]
