@@ -43,7 +43,7 @@ from routing_rl.app.plots import accuracy_macs_figure, write_csv
 from routing_rl.app.runs import load_run, prepare_data
 from routing_rl.core.graph import RoutedNet
 from routing_rl.data import Split
-from routing_rl.training.batchnorm import fresh_statistics
+from routing_rl.training.batchnorm import recalibrate
 from routing_rl.training.evaluate import check_outputs
 
 MSDNET_Q = tuple(p / 20 for p in range(1, 40))
@@ -107,11 +107,8 @@ def recalibrated(net: RoutedNet, images: torch.Tensor, batch_size: int = 500) ->
     averaged variances of batches that each hold one kind of image (a split sorted by source,
     say) would miss the variance between the kinds."""
     net = copy.deepcopy(net)
-    device = net.leaf_macs.device
     order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
-    with fresh_statistics(net):
-        for start in range(0, len(images), batch_size):
-            net(images[order[start : start + batch_size]].to(device), 0.0 if net.k_cpt_input else None)
+    recalibrate(net, images[order].to(net.leaf_macs.device), None, 0.0, batch_size)
     return net
 
 

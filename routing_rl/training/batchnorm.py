@@ -45,12 +45,15 @@ def fresh_statistics(net: RoutedNet) -> Iterator[None]:
 
 
 def recalibrate(
-    net: RoutedNet, images: torch.Tensor, decide: Decide = argmax_decide, k_cpt=None, batch_size: int = 512
+    net: RoutedNet, images: torch.Tensor, decide: Decide | None = argmax_decide, k_cpt=None, batch_size: int = 512
 ) -> None:
     """Replace every batch-norm layer's running mean and variance by their average over
-    ``images`` ``(N, *input_shape)`` routed with ``decide`` (no parameter changes). ``k_cpt``:
-    None, a float, or ``(N,)`` per image. A layer no example reaches keeps its statistics."""
+    ``images`` ``(N, *input_shape)`` routed with ``decide``, or with every example reaching
+    every node where ``decide`` is None (no parameter changes). ``k_cpt``: None, a float, or
+    ``(N,)`` per image. A layer no example reaches keeps its statistics."""
     with fresh_statistics(net):
         for start in range(0, len(images), batch_size):
             part = k_cpt[start : start + batch_size] if isinstance(k_cpt, torch.Tensor) and k_cpt.dim() else k_cpt
-            route(net, images[start : start + batch_size], decide, part if net.k_cpt_input else None)
+            part = part if net.k_cpt_input else None
+            x = images[start : start + batch_size]
+            net(x, part) if decide is None else route(net, x, decide, part)
