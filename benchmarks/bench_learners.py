@@ -32,12 +32,12 @@ before them) minus its resident set before them — the high-water mark of the m
 steps added (activations kept for backward, gradients, momentum). (Not ``ru_maxrss``: on
 Linux a child process inherits its parent's peak through fork and exec.)
 
-* ``{static8,actor_chain}_{channels_last,compiled,channels_last_compiled}_speedup`` — eager
+* ``{static8,actor_chain,resnet20_exits}_{channels_last,compiled,channels_last_compiled}_speedup`` — eager
   step time / step time with ``--channels-last``, ``--compile`` or both
   (:mod:`routing_rl.training.acceleration`), timed in turns with the eager learner after
-  the first (compiling) steps, whose time is ``*_first_steps_seconds``; also bf16 autocast
-  on CUDA and on CPUs with native bf16 (a measurement: it changes results beyond float
-  rounding), and on CUDA ``cuda_graphs`` (``torch.compile(mode="reduce-overhead")``). Target
+  the first (compiling) steps, whose time is ``*_first_steps_seconds``; also ``--precision
+  bf16`` on CUDA and on CPUs with native bf16 (it changes results beyond float rounding),
+  and on CUDA ``cuda_graphs`` (``torch.compile(mode="reduce-overhead")``). Target
   on the CPU: >= 1.5 for both steps. ``*_paper_schedule_minutes``: the paper's 80,000
   iterations at the measured step time (target on one H100-class GPU: <= 5 minutes per net).
   ``*_update_difference`` — how far a mode's results are from eager ones: after one step from
@@ -45,7 +45,7 @@ Linux a child process inherits its parent's peak through fork and exec.)
   ``*_fp64_update_difference``, the eager fp32 update against the same step in fp64, the
   scale of float rounding in that step (BN'd columns at initialisation on random labels make
   it about 1%, not 1e-6).
-* ``{static8,actor_chain}_convolution_share`` (CPU) — the share of an eager step's time spent
+* ``{static8,actor_chain,resnet20_exits}_convolution_share`` (CPU) — the share of an eager step's time spent
   in the convolutions, forward and backward (their operators' own time in ``torch.profiler``,
   median over a few steps); ``*_speedup_bound`` = 1 / that share: the
   speedup of a step whose every other operator, and the Python around them, took no time —
@@ -71,10 +71,10 @@ from bench_execution import EXIT_FRACTIONS, set_exit_fractions
 from routing_rl.agents.registry import make_learner
 from routing_rl.agents.sb3 import ALGORITHMS, sb3_kwargs
 from routing_rl.agents.sb3_callbacks import ImageBudget
-from routing_rl.envs import JointTraining, RoutingSB3VecEnv
+from routing_rl.envs import ImageTask, JointTraining, RoutingSB3VecEnv
 from timing import sync
 
-from routing_rl.training.acceleration import compiler_missing
+from routing_rl.training.acceleration import compiler_missing, native_bf16, precision_context
 from routing_rl.training.config import make_config
 from routing_rl.data import SOURCES, RoutingDataset, Split
 
@@ -90,25 +90,35 @@ def _batch(device: torch.device, seed: int = 0) -> Split:
     return Split(images, labels, torch.zeros(BATCH_SIZE, dtype=torch.long)).to(device)
 
 
+def _random_dataset(examples: int, seed: int) -> RoutingDataset:
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.rand(examples, 3, 32, 32, generator=generator)
+    split = Split(images, torch.randint(0, CLASSES, (examples,), generator=generator),
+                  torch.randint(0, 2, (examples,), generator=generator))
+    return RoutingDataset("random", tuple(str(c) for c in range(CLASSES)), split, split, {}, SOURCES)
+
+
 def _learner(device: torch.device, **overrides):
-    return make_learner(make_config("paper", **overrides), CLASSES, device)
+    """A learner of ``overrides`` on an image task's net (the paper's nets or the ResNets)."""
+    task = ImageTask(_random_dataset(BATCH_SIZE, 2))
+    return make_learner(make_config("paper", archs=task.all_archs(), **overrides), task, device)
 
 
 PAPER_ITERATIONS = 80_000
-ACCELERATED_CASES = {"static8": dict(agent="static", arch="static-8"), "actor_chain": dict(agent="actor", arch="chain")}
+ACCELERATED_CASES = {"static8": dict(agent="static", arch="static-8"), "actor_chain": dict(agent="actor", arch="chain"),
+                     "resnet20_exits": dict(agent="threshold", arch="resnet20-exits")}
 ACCELERATIONS = {"channels_last": dict(channels_last=True), "compiled": dict(compile=True),
                  "channels_last_compiled": dict(channels_last=True, compile=True)}
 
 
 class _Autocast:
-    """A learner whose steps run under bf16 autocast (a measurement, not an option: the
-    learners' results would change beyond float rounding)."""
+    """A learner whose steps run as ``--precision bf16`` runs them (the trainer's context)."""
 
     def __init__(self, learner, device: torch.device):
-        self.learner, self.device = learner, device
+        self.learner, self.precision = learner, precision_context(device, "bf16")
 
     def train_step(self, batch, iteration):
-        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+        with self.precision:
             return self.learner.train_step(batch, iteration)
 
 
@@ -141,7 +151,7 @@ def accelerated_comparison(device: torch.device, repeats: int = 7, modes: tuple[
     (compiling) steps. A mode that fails is left out, with its error in ``*_error``."""
     if modes is None:
         modes = tuple(m for m, o in ACCELERATIONS.items() if not o.get("compile") or compiler_missing(device) is None)
-        modes += ("bf16_autocast",) if device.type == "cuda" or cpu_has_bf16() else ()
+        modes += ("bf16_autocast",) if native_bf16(device) else ()
         modes += ("cuda_graphs",) if device.type == "cuda" else ()
     out = {}
     batch = _batch(device)
@@ -189,15 +199,6 @@ def _first_update(learner, weights: dict, batch: Split) -> torch.Tensor:
 
 def _relative_difference(update: torch.Tensor, reference: torch.Tensor) -> float:
     return float((update - reference).norm() / reference.norm())
-
-
-def cpu_has_bf16() -> bool:
-    """Whether oneDNN runs bf16 natively on this CPU (AVX512-BF16 or AMX); elsewhere bf16
-    is emulated, slower than fp32, and not worth the benchmark's time."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
 
 
 def convolution_share(learner, device: torch.device, steps: int = 5) -> float:
@@ -328,11 +329,7 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
 
 def _dqn(device: torch.device):
     """A DQN learning on random images through the env, and its feature trainer."""
-    generator = torch.Generator().manual_seed(1)
-    images = torch.rand(4 * BATCH_SIZE, 3, 32, 32, generator=generator)
-    split = Split(images, torch.randint(0, CLASSES, (len(images),), generator=generator),
-                  torch.randint(0, 2, (len(images),), generator=generator))
-    dataset = RoutingDataset("random", tuple(str(c) for c in range(CLASSES)), split, split, {}, SOURCES)
+    dataset = _random_dataset(4 * BATCH_SIZE, 1)
     config = make_config("paper", agent="dqn", sb3_kwargs={"learning_starts": 0})
     env = RoutingSB3VecEnv(config.options.n_envs, seed=0, dataset=dataset, train=True, device=device,
                         joint=JointTraining.from_config(config))

@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from routing_rl.training import acceleration
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import bench_execution  # noqa: E402
@@ -141,6 +143,7 @@ def test_the_step_comparison_measures_each_mode_against_eager_and_eager_against_
 
     monkeypatch.setattr(bench_learners, "BATCH_SIZE", 4)
     monkeypatch.setattr(bench_learners, "ACCELERATED_CASES", {"static1": dict(agent="static", arch="static-1")})
+    monkeypatch.setattr(acceleration, "native_bf16", lambda device: True)  # emulated where it is not: slow, same numbers
     out = bench_learners.accelerated_comparison(torch.device("cpu"), repeats=1, modes=("channels_last", "bf16_autocast"))
     # a weight layout is float rounding; bf16 arithmetic is more (with its 8-bit mantissa)
     assert 0 < out["static1_fp64_update_difference"] < 1e-3

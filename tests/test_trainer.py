@@ -8,6 +8,8 @@ from routing_rl.training.config import make_config
 from routing_rl.data import Split
 from routing_rl.nets.multiscale import static
 from routing_rl.app.trainer import BatchSampler, fit
+from routing_rl.training import acceleration
+from routing_rl.training.acceleration import native_bf16
 from routing_rl.training.interrupt import Interrupted, request_stop
 
 
@@ -101,3 +103,56 @@ def test_ctrl_c_finishes_the_step_saves_it_and_resumes_bit_for_bit():
         assert torch.equal(a, b)
 
 
+
+
+class DtypeRecorder(PlainLearner):
+    """A learner that notes the dtype its net's logits come out in, step by step, and the
+    dtype of every convolution's output outside its steps (the evaluations)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.stepping, self.evaluated = False, set()
+
+        def note(module, inputs, output):
+            if not self.stepping:
+                self.evaluated.add(output.dtype)
+
+        for module in self.net.modules():
+            if isinstance(module, torch.nn.Conv2d):
+                module.register_forward_hook(note)
+
+    def train_step(self, batch, iteration):
+        self.stepping = True
+        self.seen.append(self.net(batch.images).logits["exit1"].dtype)
+        stats = super().train_step(batch, iteration)
+        self.stepping = False
+        return stats
+
+
+@pytest.mark.skipif(not native_bf16(torch.device("cpu")), reason="this CPU has no native bf16 (AVX512-BF16 or AMX)")
+def test_bf16_precision_runs_the_steps_under_autocast_and_evaluates_in_float32():
+    learner = DtypeRecorder(config(precision="bf16"))
+    state = fit(learner, tiny_split(), tiny_split(9, 1), config(precision="bf16"))
+    assert [dtype for dtype in learner.seen if isinstance(dtype, torch.dtype)] == [torch.bfloat16] * 6
+    assert all(p.dtype == torch.float32 for p in learner.net.parameters()), "the weights stay float32"
+    assert learner.evaluated == {torch.float32}
+    float32 = DtypeRecorder(config())
+    fit(float32, tiny_split(), tiny_split(9, 1), config())
+    assert [dtype for dtype in float32.seen if isinstance(dtype, torch.dtype)] == [torch.float32] * 6
+    ours, theirs = learner.net.state_dict(), float32.net.state_dict()
+    moved = max(float((ours[k] - theirs[k]).abs().max()) for k in ours if ours[k].is_floating_point())
+    assert moved > 0, "bf16 steps give other weights than float32 ones"
+    assert state.history[-1]["evaluations"][0]["examples"] == 9
+
+
+def test_bf16_precision_is_refused_where_bf16_is_emulated(monkeypatch):
+    monkeypatch.setattr(acceleration, "native_bf16", lambda device: False)
+    with pytest.raises(RuntimeError, match="drop --precision bf16"):
+        fit(PlainLearner(config(precision="bf16")), tiny_split(), tiny_split(9, 1), config(precision="bf16"))
+
+
+def test_precision_is_checked_with_the_config():
+    with pytest.raises(ValueError, match="unknown precision 'fp8'; choose one of float32, bf16"):
+        config(precision="fp8")
+    with pytest.raises(ValueError, match="drop --precision"):
+        make_config("smoke", agent="ppo", precision="bf16")

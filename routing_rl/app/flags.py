@@ -27,6 +27,7 @@ from routing_rl.data import DATASETS
 from routing_rl.data.containers import VALIDATION_MIXES
 from routing_rl.nets.multiscale import arch_names
 from routing_rl.training import config as cfg
+from routing_rl.training.acceleration import PRECISIONS
 from routing_rl.agents.critic import EXPLORATIONS, SCORE_STARTS
 from routing_rl.training.config import COMMON, DEFAULT_PRESET, PRESET_VALUES, TrainConfig, make_config
 
@@ -36,7 +37,7 @@ CHOICES = {
     "agent": AGENTS, "policy": cfg.POLICIES, "preset": cfg.PRESETS, "execution": cfg.EXECUTIONS,
     "joint_execution": cfg.EXECUTIONS, "cost": COSTS,
     "error_cost": ERROR_COSTS, "utility_error": ERROR_COSTS, "score_start": SCORE_STARTS, "exploration": EXPLORATIONS,
-    "validation_mix": VALIDATION_MIXES, "dataset": DATASETS, "arch": tuple(arch_names()),
+    "validation_mix": VALIDATION_MIXES, "dataset": DATASETS, "arch": tuple(arch_names()), "precision": PRECISIONS,
 }
 """The values a text flag takes, where the config names them."""
 KINDS = {bool: "true or false", int: "integer", float: "number", str: "text", dict: "JSON object"}

@@ -39,6 +39,7 @@ from routing_rl.training.distributed import Distributed
 from routing_rl.data import Split
 from routing_rl.data import augment as image_augment
 from routing_rl.envs.task import RoutingTask
+from routing_rl.training.acceleration import precision_context
 from routing_rl.training.episodes import EpisodeSampler
 from routing_rl.training.evaluate import NonFiniteEvaluationError, evaluate
 from routing_rl.training.checkpoint import checkpoint_identity, random_states, restore_random_states
@@ -161,6 +162,7 @@ def fit(
     """
     augment = task.augment if task is not None else image_augment
     device = learner.device
+    precision = precision_context(device, config.precision)
     episodic = train.frames > 1
     if episodic and task is None:
         raise ValueError("training on a split of sequences carries the task's memory from frame to frame; pass task=")
@@ -219,7 +221,8 @@ def fit(
                 shard = distributed.shard(examples)
                 batch = Split(batch.images[shard], batch.labels[shard], batch.source[shard])
             try:
-                stats = learner.train_step(batch, state.iteration)
+                with precision:
+                    stats = learner.train_step(batch, state.iteration)
             except RuntimeError:  # NaN scores stop sampling (torch.multinomial) before any loss exists
                 if finite(learner.net):
                     raise

@@ -13,10 +13,18 @@
 
 Parameters, state dicts and checkpoints are the same with and without either option. What
 they give on CPUs and GPUs (``benchmarks/run.py --only learners``): ``docs/results/speed.md``.
+
+``--precision bf16`` is not a machine setting but part of the run: its training steps run
+under bf16 autocast (:func:`precision_context`), convolutions and matrix products in bfloat16,
+reductions, losses and the weights in float32. It changes results beyond float rounding, so a
+resumed run keeps it; evaluation, batch-norm recalibration and checkpoints stay float32. It
+pays on CUDA and on CPUs that compute bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 is
+emulated and slower than float32, and the option is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 
 import torch
@@ -46,3 +54,31 @@ def compiler_missing(device: torch.device) -> str | None:
         except ImportError:
             return "Triton is not installed"
     return None
+
+
+PRECISIONS = ("float32", "bf16")
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 natively: CUDA, or a CPU whose oneDNN has AVX512-BF16 or AMX."""
+    if device.type == "cuda":
+        return True
+    if device.type != "cpu":
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def precision_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """The context a training step runs in: nothing for float32, bf16 autocast for bf16."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if precision == "float32":
+        return contextlib.nullcontext()
+    if not native_bf16(device):
+        raise RuntimeError(f"--precision bf16 needs a device that computes bf16 natively (CUDA, or a CPU with "
+                           f"AVX512-BF16 or AMX); on this {device.type} it is emulated and slower than float32: "
+                           "drop --precision bf16")
+    return torch.autocast(device.type, dtype=torch.bfloat16)

@@ -46,6 +46,7 @@ from routing_rl.core.files import atomic_write_text
 from routing_rl.core.k_cpt import COSTS, DYNAMIC, check_k_cpt
 from routing_rl.data.containers import VALIDATION_MIXES
 from routing_rl.nets.multiscale import arch_names
+from routing_rl.training.acceleration import PRECISIONS
 from routing_rl.training.learners import JOINT_LR, LR  # noqa: F401 (sgd, envs and tests import them from here)
 from routing_rl.training.learners import (LearnerOptions, LearnerSpec, canonical_name, declared_options, learner_spec,
                                           undeclared_option)
@@ -164,6 +165,7 @@ class TrainConfig:
     talr: bool = True
     channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
     compile: bool = False  # torch.compile of the full evaluation
+    precision: str = "float32"  # training steps' arithmetic: float32, or bf16 autocast (acceleration.precision_context)
     exit_confidence: bool = False  # routers (and the env's observation) also read their exit heads' top softmax probability
     error_cost: str = "cross_entropy"
     probability_floor: float = 1e-6
@@ -277,6 +279,11 @@ class TrainConfig:
             raise ValueError(f"latency_batch must be a positive integer, got {self.latency_batch!r}")
         if self.cost != "latency" and (self.latency_batch is not None or self.latency_profile is not None):
             raise ValueError("--latency-batch and --latency-profile belong to the latency cost; add --cost latency")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if self.precision != "float32" and learner.trains_through_env:
+            raise ValueError(f"--precision bf16 runs the gradient learners' steps under autocast; {self.agent} trains "
+                             "through the routing env, drop --precision")
         if self.compile and learner.trains_through_env:
             raise ValueError(f"--compile speeds up the gradient learners' steps; {self.agent} trains through the routing env, drop --compile")
         if self.exit_confidence and not learner.routers:
