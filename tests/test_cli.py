@@ -15,6 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from routing_rl.app import runs
 from routing_rl.app.cli import main
+from routing_rl.training import acceleration
 from routing_rl.training.config import AGENTS
 from routing_rl.app.figures import write_figures
 from routing_rl.app.sweep import run_sweep, sweep_configs
@@ -284,3 +285,14 @@ def test_critic_is_the_pragmatic_critic_and_the_run_ends_with_a_summary(tiny_dat
     reached = [leaf for leaf, v in metrics["test"][0]["leaves"].items() if v["by_source"]["mnist"]]
     assert "digits" in out and all(leaf in out for leaf in reached)
     assert len(out.splitlines()) <= 24, "one screen"
+
+
+def test_bf16_where_the_device_emulates_it_is_refused_in_one_line_before_anything_is_written(tiny_data, cache, tmp_path,
+                                                                                          capsys, monkeypatch):
+    monkeypatch.setattr(acceleration, "native_bf16", lambda device: False)
+    with pytest.raises(SystemExit) as stop:
+        main(smoke_args(tiny_data, tmp_path, "actor", "--precision", "bf16"))
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "emulated" in error[0] and error[0].endswith("drop --precision bf16")
+    assert not (tmp_path / "actor").exists()

@@ -8,7 +8,6 @@ from routing_rl.training.config import make_config
 from routing_rl.data import Split
 from routing_rl.nets.multiscale import static
 from routing_rl.app.trainer import BatchSampler, fit
-from routing_rl.training import acceleration
 from routing_rl.training.acceleration import native_bf16
 from routing_rl.training.interrupt import Interrupted, request_stop
 
@@ -143,12 +142,6 @@ def test_bf16_precision_runs_the_steps_under_autocast_and_evaluates_in_float32()
     moved = max(float((ours[k] - theirs[k]).abs().max()) for k in ours if ours[k].is_floating_point())
     assert moved > 0, "bf16 steps give other weights than float32 ones"
     assert state.history[-1]["evaluations"][0]["examples"] == 9
-
-
-def test_bf16_precision_is_refused_where_bf16_is_emulated(monkeypatch):
-    monkeypatch.setattr(acceleration, "native_bf16", lambda device: False)
-    with pytest.raises(RuntimeError, match="drop --precision bf16"):
-        fit(PlainLearner(config(precision="bf16")), tiny_split(), tiny_split(9, 1), config(precision="bf16"))
 
 
 def test_precision_is_checked_with_the_config():
