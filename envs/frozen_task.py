@@ -27,6 +27,7 @@ from routing_rl.data import RoutingDataset, Split
 from routing_rl.data.cache import cached, check_cache_dir, default_cache_dir
 from routing_rl.envs.image_task import ImageTask
 from routing_rl.envs.task import RoutingTask, load_factory
+from routing_rl.nets import resnet
 from routing_rl.nets.frozen import exit_features, frozen_net
 from routing_rl.nets.routable import load_backbone
 from routing_rl.training.checkpoint import load_checkpoint
@@ -68,7 +69,9 @@ class FrozenBackboneTask(RoutingTask):
             backbone already trained, e.g. a :func:`~routing_rl.nets.routable.routable` of a
             model whose ``state_dict`` it loaded (``backbone`` is then optional).
         backbone: the trained weights: a ``state_dict`` file or a run's ``checkpoint.pt`` whose
-            node names the chain shares (a static ``resnetD`` run's for ``resnetD-exits``).
+            node names the chain shares (a static ``resnetD`` run's for ``resnetD-exits``); for
+            a ResNet chain, a trunk of the same depth with any exit spacing (a ``resnet20``
+            or ``resnet20-exits`` run's for ``resnet20-exits-every1``: :func:`~routing_rl.nets.resnet.respace`).
         dataset: the image dataset's name, as :class:`~routing_rl.envs.image_task.ImageTask`'s.
         data_dir: where its files are (default ``$ROUTING_RL_DATA_DIR``).
         download: try torchvision's downloaders when the files are not found.
@@ -109,7 +112,10 @@ class FrozenBackboneTask(RoutingTask):
         else:
             net = self.image_task.build_net(self.arch, self.width, k_cpt_input)
         if self.backbone is not None:
-            load_backbone(net, backbone_state(self.backbone))
+            state = backbone_state(self.backbone)
+            if self.net_factory is None and resnet.ARCH.fullmatch(self.arch):
+                state = resnet.respace(state, self.arch)  # a trunk of another exit spacing: the same blocks
+            load_backbone(net, state)
         return net
 
     def load_dataset(self) -> RoutingDataset:

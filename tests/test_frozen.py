@@ -102,6 +102,17 @@ def test_a_trained_plain_resnet_s_heads_and_routers_train_on_cached_features(tin
     torch.testing.assert_close(again.dataset().train.images, task.dataset().train.images)
 
 
+def test_a_stage_trained_trunk_gets_an_exit_after_every_block(tmp_path):
+    torch.manual_seed(0)
+    plain = resnet.build("resnet20").eval()
+    torch.save(plain.state_dict(), tmp_path / "plain.pt")
+    task = FrozenBackboneTask(chain="resnet20-exits-every1", backbone=str(tmp_path / "plain.pt"), dataset="cifar10")
+    full = task.full_net().eval()
+    assert full.leaves == [f"exit{k}" for k in range(1, 10)]
+    x = varied_images(2)
+    torch.testing.assert_close(full(x).logits["exit9"], plain(x).logits["exit3"])
+
+
 def test_a_frozen_task_is_refused_without_weights_or_with_another_width():
     with pytest.raises(ValueError, match="a frozen resnet20-exits needs its trained weights"):
         FrozenBackboneTask()

@@ -94,8 +94,39 @@ def test_every_b_static_paths_compute_the_routed_net_s_exits_and_a_plain_one_loa
         load_backbone(routed, resnet.build("resnet56", width=0.25).state_dict())
 
 
+def test_a_trunk_respaced_computes_the_same_blocks_and_keeps_the_heads_where_exits_coincide():
+    torch.manual_seed(0)
+    stages = resnet.build("resnet56-exits", width=0.25).eval()  # exits after blocks 9, 18, 27
+    every3 = resnet.build("resnet56-exits-every3", width=0.25).eval()  # after 3, 6, ..., 27
+    new = load_backbone(every3, resnet.respace(stages.state_dict(), "resnet56-exits-every3"))
+    assert {key.split(".")[1] for key in new} == {f"exit{k}" for k in (1, 2, 4, 5, 7, 8)} | \
+        {f"seg{k}" for k in (1, 2, 4, 5, 7, 8)}, "only the heads and routers at the new exits are new"
+    x = varied_images(3)
+    theirs, ours = stages(x), every3(x)
+    for stage_exit, block_exit in (("exit1", "exit3"), ("exit2", "exit6"), ("exit3", "exit9")):
+        torch.testing.assert_close(ours.logits[block_exit], theirs.logits[stage_exit])
+    torch.testing.assert_close(ours.scores["seg6"], theirs.scores["seg2"])
+    back = resnet.build("resnet56-exits", width=0.25).eval()
+    assert not load_backbone(back, resnet.respace(every3.state_dict(), "resnet56-exits")), "and back, nothing new"
+    torch.testing.assert_close(back(x).logits["exit3"], theirs.logits["exit3"])
+    plain = resnet.build("resnet56", width=0.25).eval()  # a static run's trunk: exits after every block
+    every1 = resnet.build("resnet56-exits-every1", width=0.25).eval()
+    load_backbone(every1, resnet.respace(plain.state_dict(), "resnet56-exits-every1"))
+    torch.testing.assert_close(every1(x).logits["exit27"], plain(x).logits["exit3"])
+
+
+def test_respace_refuses_what_is_not_a_resnet_chain():
+    with pytest.raises(ValueError, match="resnetD-exits"):
+        resnet.respace(resnet.build("resnet20").state_dict(), "resnet20")
+    with pytest.raises(ValueError, match="no blocks under nodes.seg1"):
+        resnet.respace({"nodes.col1.weight": torch.zeros(1)}, "resnet20-exits")
+    with pytest.raises(ValueError, match="'extra.weight' is not a node"):
+        resnet.respace({**resnet.build("resnet20").state_dict(), "extra.weight": torch.zeros(1)}, "resnet20-exits")
+
+
 @pytest.mark.parametrize("arch, exits", [("resnet32-exits", 3), ("resnet20-exits-every1", 9)])
 def test_routed_execution_matches_full_evaluation(arch, exits):
+    torch.manual_seed(0)  # random routers spread a batch over 2 of 3 exits for some initialisations
     net = resnet.build(arch, width=0.5, classes=3)
     assert len(net.leaves) == exits
     x = varied_images(32)

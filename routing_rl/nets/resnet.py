@@ -159,3 +159,50 @@ def build(arch: str, width: float = 1, classes: int = 10, k_cpt_input: bool = Fa
         spacing = "" if every is None else f" every {every} blocks"
         raise ValueError(f"{arch}: ResNet-{depth} with exits{spacing} has exit1 to {routed.leaves[-1]}")
     return path_net(routed, leaf)
+
+
+NODE_KEY = re.compile(r"nodes\.(seg|exit)(\d+)\.(.+)")
+BLOCK_KEY = re.compile(r"transform\.(\d+)\.(.+)")
+
+
+def respace(state: dict[str, torch.Tensor], arch: str) -> dict[str, torch.Tensor]:
+    """A ResNet chain's ``state_dict`` of any exit spacing (a plain ``resnetD`` run's, a
+    ``resnetD-exits`` run's, ...) with its keys renamed for ``arch``'s spacing
+    (``resnetD-exits-everyB`` or ``resnetD-exits``), so that a trunk trained with exits after
+    each stage gets an exit after every block without training again: the stem and blocks keep
+    their order; a head or router moves to the exit after the same block, and one with no
+    exit there in ``arch`` (an early head of another spacing) is left out, to be trained anew."""
+    match = ARCH.fullmatch(arch)
+    if match is None or match.group(2) != "-exits":
+        raise ValueError(f"respace names keys for a ResNet chain with exits (resnetD-exits[-everyB]), got {arch!r}")
+    total = 3 * blocks_per_stage(int(match.group(1)))
+    target = total // 3 if match.group(4) is None else int(match.group(4))
+    source = sum(1 for key in state if re.fullmatch(r"nodes\.seg1\.transform\.\d+\.conv1\.weight", key))
+    if source == 0:
+        raise ValueError("the state holds no blocks under nodes.seg1: not a ResNet chain of routing_rl.nets.resnet")
+
+    def blocks_before_exit(k: int, every: int) -> int:
+        return min(k * every, total)
+
+    exit_at = {blocks_before_exit(k, target): k for k in range(1, -(-total // target) + 1)}
+    renamed = {}
+    for key, tensor in state.items():
+        node = NODE_KEY.fullmatch(key)
+        if node is None:
+            raise ValueError(f"the state's {key!r} is not a node of a ResNet chain")
+        kind, index, rest = node.group(1), int(node.group(2)), node.group(3)
+        block = BLOCK_KEY.fullmatch(rest) if kind == "seg" else None
+        if block is not None:
+            position = int(block.group(1)) - (1 if index == 1 else 0)  # seg1's first module is the stem
+            if position < 0:
+                renamed[key] = tensor
+                continue
+            g = (index - 1) * source + position
+            segment = g // target + 1
+            offset = g % target + (1 if segment == 1 else 0)
+            renamed[f"nodes.seg{segment}.transform.{offset}.{block.group(2)}"] = tensor
+            continue
+        k = exit_at.get(blocks_before_exit(index, source))
+        if k is not None:  # a head (exitK) or router (segK.router) where arch has an exit after the same block
+            renamed[f"nodes.{kind}{k}.{rest}"] = tensor
+    return renamed
