@@ -163,6 +163,7 @@ def build(arch: str, width: float = 1, classes: int = 10, k_cpt_input: bool = Fa
 
 NODE_KEY = re.compile(r"nodes\.(seg|exit)(\d+)\.(.+)")
 BLOCK_KEY = re.compile(r"transform\.(\d+)\.(.+)")
+FIRST_SEGMENT_BLOCK = re.compile(r"nodes\.seg1\.transform\.\d+\.conv1\.weight")
 
 
 def respace(state: dict[str, torch.Tensor], arch: str) -> dict[str, torch.Tensor]:
@@ -177,7 +178,7 @@ def respace(state: dict[str, torch.Tensor], arch: str) -> dict[str, torch.Tensor
         raise ValueError(f"respace names keys for a ResNet chain with exits (resnetD-exits[-everyB]), got {arch!r}")
     total = 3 * blocks_per_stage(int(match.group(1)))
     target = total // 3 if match.group(4) is None else int(match.group(4))
-    source = sum(1 for key in state if re.fullmatch(r"nodes\.seg1\.transform\.\d+\.conv1\.weight", key))
+    source = sum(1 for key in state if FIRST_SEGMENT_BLOCK.fullmatch(key))
     if source == 0:
         raise ValueError("the state holds no blocks under nodes.seg1: not a ResNet chain of routing_rl.nets.resnet")
 
