@@ -50,6 +50,16 @@ def backbone_state(path: str | Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def backbone_held_out(path: str | Path) -> tuple[float, int, str] | None:
+    """``(validation fraction, seed, validation mix)`` of the run whose ``checkpoint.pt`` is
+    ``path``: the validation part it trained without. None for a bare ``state_dict`` file,
+    which does not say what it trained on."""
+    identity = load_checkpoint(Path(path)).get("identity")
+    if not isinstance(identity, dict) or not {"validation_fraction", "seed", "validation_mix"} <= set(identity):
+        return None
+    return float(identity["validation_fraction"]), int(identity["seed"]), str(identity["validation_mix"])
+
+
 def weights_digest(net: RoutedNet) -> str:
     """A digest of every tensor of ``net``: the cached features' key, so that other weights
     compute them again."""
@@ -72,6 +82,11 @@ class FrozenBackboneTask(RoutingTask):
             node names the chain shares (a static ``resnetD`` run's for ``resnetD-exits``); for
             a ResNet chain, a trunk of the same depth with any exit spacing (a ``resnet20``
             or ``resnet20-exits`` run's for ``resnet20-exits-every1``: :func:`~routing_rl.nets.resnet.respace`).
+            A run's checkpoint also says which validation part the backbone trained without:
+            every run on this task validates (and calibrates thresholds) on that part, whatever
+            its ``--seed``, and must ask for the same fraction and mix
+            (:attr:`~routing_rl.data.RoutingDataset.held_out`). A bare ``state_dict`` does not say,
+            and the run's own seed draws the part.
         dataset: the image dataset's name, as :class:`~routing_rl.envs.image_task.ImageTask`'s.
         data_dir: where its files are (default ``$ROUTING_RL_DATA_DIR``).
         download: try torchvision's downloaders when the files are not found.
@@ -114,7 +129,8 @@ class FrozenBackboneTask(RoutingTask):
         if self.backbone is not None:
             state = backbone_state(self.backbone)
             if self.net_factory is None and resnet.ARCH.fullmatch(self.arch):
-                state = resnet.respace(state, self.arch)  # a trunk of another exit spacing: the same blocks
+                # a trunk of another exit spacing or grid: the same blocks, its heads where they fit
+                state = resnet.respace(state, self.arch, like=net.state_dict())
             load_backbone(net, state)
         return net
 
@@ -131,8 +147,11 @@ class FrozenBackboneTask(RoutingTask):
         }, required=("train_images", "test_images"))
         splits = {name: Split(entry[f"{name}_images"], getattr(images, name).labels, getattr(images, name).source)
                   for name in ("train", "test")}
-        description = {**images.description, "frozen_backbone": {"arch": self.arch, "weights": key["weights"]}}
-        return RoutingDataset(images.name, images.classes, splits["train"], splits["test"], description, images.sources)
+        held_out = None if self.backbone is None else backbone_held_out(self.backbone)
+        description = {**images.description,
+                       "frozen_backbone": {"arch": self.arch, "weights": key["weights"], "held_out": held_out}}
+        return RoutingDataset(images.name, images.classes, splits["train"], splits["test"], description, images.sources,
+                              held_out)
 
     def build_net(self, arch: str, width: int, k_cpt_input: bool) -> RoutedNet:
         if width != 1:

@@ -26,9 +26,11 @@ def nets():
     torch.manual_seed(0)
     yield resnet.build("resnet20-exits", width=0.25, classes=3)
     yield routable(torchvision.models.mobilenet_v3_small(num_classes=3), ["features.3", "features.8"], (3, 32, 32))
+    yield resnet.build("resnet20-exits-every3-grid4", width=0.25, classes=3)
+    yield routable(torchvision.models.mobilenet_v3_small(num_classes=3), ["features.3", "features.8"], (3, 32, 32), grid=2)
 
 
-@pytest.mark.parametrize("net", list(nets()), ids=["resnet20", "mobilenet_v3_small"])
+@pytest.mark.parametrize("net", list(nets()), ids=["resnet20", "mobilenet_v3_small", "resnet20-grid4", "mobilenet-grid2"])
 def test_the_frozen_chain_on_cached_features_is_the_full_chain(net):
     x = varied_images(16)
     randomize_routers(net, x)
@@ -96,6 +98,21 @@ def test_a_trained_plain_resnet_s_heads_and_routers_train_on_cached_features(tin
     torch.testing.assert_close(full(images.images).logits["exit3"], static(images.images).logits["exit3"], rtol=1e-4, atol=1e-4)
     metrics = json.loads((logdir / "actor" / "metrics.json").read_text())
     assert metrics["dataset"]["frozen_backbone"]["arch"] == "resnet20-exits"
+    # the backbone's validation part stays the validation part at any seed: nothing is calibrated on what it trained on
+    assert task.dataset().held_out == (0.4, 0, "test") and metrics["dataset"]["frozen_backbone"]["held_out"] == [0.4, 0, "test"]
+    trunk_rest, trunk_validation = task.image_task.dataset().validation_indices(0.4, 0, "test")
+    for seed in (0, 7):
+        rest, validation = task.dataset().validation_indices(0.4, seed, "test")
+        assert validation.tolist() == trunk_validation.tolist() and rest.tolist() == trunk_rest.tolist()
+    assert main(command(env, tiny_data, logdir, "seed7", "--agent", "threshold", "--seed", "7")) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(command(env, tiny_data, logdir, "other", "--agent", "threshold", "--validation-fraction", "0.2"))
+    assert "--validation-fraction 0.4 --validation-mix test" in capsys.readouterr().err
+    assert not (logdir / "other").exists(), "refused before the run folder is made"
+    with pytest.raises(ValueError, match="trained without a validation part of 0.4 .mix test.; validate on that one: "
+                                         "--validation-fraction 0.4 --validation-mix test"):
+        task.dataset().validation_indices(0.1, 0, "test")
 
     monkeypatch.setattr(frozen_task, "exit_features", lambda *a, **k: pytest.fail("features computed again"))
     again = FrozenBackboneTask(backbone=str(checkpoint), dataset="cifar10", data_dir=str(tiny_data), download=False)

@@ -201,6 +201,17 @@ def test_a_transformer_exits_on_its_class_token():
     assert net.nodes["exit1"].transform.linear.in_features == 16
     torch.testing.assert_close(net(x).logits["exit2"], model(x))
     assert any(p is model.class_token for p in net.nodes["seg1"].parameters())
+    with pytest.raises(RoutableError, match=f"exit '{class_token}' is not a .C, H, W. map, so it has no grid"):
+        routable(model, [class_token], SHAPE, grid=2)
+
+
+def test_grid_exits_on_a_torchvision_model_read_each_cell_s_average():
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    net = routable(model, ["layer1", "layer3"], SHAPE, grid=2).eval()
+    x = varied_images(2)
+    torch.testing.assert_close(net(x).logits["exit3"], model(x))
+    assert net.nodes["exit1"].transform.linear.in_features == 64 * 4 and net.macs["exit1"] == 64 * 4 * 10
+    assert net.nodes["seg2"].router.layers[0].in_features == 256 * 4
 
 
 def test_a_plain_resnet_checkpoint_loads_into_the_routed_resnet(tmp_path):

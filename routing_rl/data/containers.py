@@ -109,6 +109,10 @@ class RoutingDataset:
     ``sources`` has no default: runs, evaluations and figures report where each source's
     examples left the net under these names (one source: ``("all",)``, say; the paper's
     datasets: :data:`SOURCES`). A source index in a split without a name is refused.
+
+    ``held_out``: ``(fraction, seed, mix)`` of a validation part that must stay the validation
+    part whatever seed a run asks for — the one a frozen backbone was trained without, so that
+    what is calibrated on validation is calibrated on images the backbone never saw.
     """
 
     name: str
@@ -117,6 +121,7 @@ class RoutingDataset:
     test: Split
     description: dict
     sources: tuple[str, ...]
+    held_out: tuple[float, int, str] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.sources, str) or not all(isinstance(s, str) for s in self.sources) or not self.sources:
@@ -144,9 +149,16 @@ class RoutingDataset:
 
     def validation_indices(self, fraction: float = 0.1, seed: int = 0, mix: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
         """The indices into the training split of :meth:`validation_split`'s two parts, so that
-        a caller taking only some of them copies no more (a clip's first label stratifies)."""
+        a caller taking only some of them copies no more (a clip's first label stratifies).
+        With :attr:`held_out`, its seed draws the part, and another fraction or mix is refused."""
         if mix not in VALIDATION_MIXES:
             raise ValueError(f"unknown validation mix {mix!r}; choose one of {', '.join(VALIDATION_MIXES)}")
+        if self.held_out is not None:
+            held_fraction, seed, held_mix = self.held_out
+            if (fraction, mix) != (held_fraction, held_mix):
+                raise ValueError(f"{self.name}'s backbone was trained without a validation part of {held_fraction:g} "
+                                 f"(mix {held_mix}); validate on that one: --validation-fraction {held_fraction:g} "
+                                 f"--validation-mix {held_mix}")
         if mix == "train":
             labels = self.train.labels if self.train.frames == 1 else self.train.labels[:, 0]
             return stratified_indices(labels, fraction, seed)

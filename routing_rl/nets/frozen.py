@@ -2,7 +2,7 @@
 
 When only the exit heads and routers learn, every example's backbone outputs are the same at
 every step, so they are computed once (:func:`exit_features`) and kept: per example, the pooled
-features at each junction (what its head and router read: :func:`~routing_rl.nets.exits.global_pool`)
+features at each junction (what its head and router read: :class:`~routing_rl.nets.exits.GridPool`)
 and the last leaf's logits, side by side in one vector. :func:`frozen_net` is the same chain on
 those vectors: each backbone node becomes a :class:`CachedSegment` that hands the vector on and
 costs the MACs the segment it stands for costs (so every path's MACs are the backbone's), each
@@ -12,7 +12,7 @@ net's heads and routers in place, and a frozen run's checkpoint loads into the f
 (:func:`attach`).
 
 Nets it takes: chains whose heads are :class:`~routing_rl.nets.exits.ExitHead` and whose
-junctions read :func:`~routing_rl.nets.exits.global_pool` — :mod:`routing_rl.nets.resnet` and
+junctions read a :class:`~routing_rl.nets.exits.GridPool` — :mod:`routing_rl.nets.resnet` and
 :func:`~routing_rl.nets.routable.routable` nets; others are refused with one line.
 """
 
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from routing_rl.core.graph import Node, RoutedNet
-from routing_rl.nets.exits import ExitHead, global_pool
+from routing_rl.nets.exits import ExitHead, GridPool
 
 
 class Slice:
@@ -75,14 +75,14 @@ def backbone_nodes(net: RoutedNet) -> list[str]:
     for junction in net.junctions:
         node = net.nodes[junction]
         heads = [sink for sink in node.sinks if net.nodes[sink].is_leaf and sink != deepest]
-        if node.descriptor is not global_pool or len(heads) != 1 or not isinstance(net.nodes[heads[0]].transform, ExitHead):
+        if not isinstance(node.descriptor, GridPool) or len(heads) != 1 or not isinstance(net.nodes[heads[0]].transform, ExitHead):
             raise ValueError(f"junction {junction!r} is not an exit of pool + linear head (routing_rl.nets.exits); "
                              "frozen-backbone mode caches the pooled features such heads and routers read")
     return path
 
 
 def feature_width(net: RoutedNet) -> int:
-    """Numbers cached per example: each junction's pooled channels, then the classes."""
+    """Numbers cached per example: each junction's pooled features, then the classes."""
     backbone_nodes(net)
     return sum(_head(net, j).linear.in_features for j in net.junctions) + net.classes
 

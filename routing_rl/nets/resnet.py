@@ -13,7 +13,11 @@ the static nets that are its paths (:func:`~routing_rl.core.graph.path_net`): ``
 plain ResNet (its deepest exit's path), and ``resnetD-exitK``, the stages up to exit ``K``
 with that head. The suffix ``-everyB`` puts an exit every ``B`` blocks instead:
 ``resnetD-exits-everyB``, with its paths ``resnetD-everyB`` (the plain net, its node names
-this chain's) and ``resnetD-exitK-everyB``. A static net's node names are its routed net's,
+this chain's) and ``resnetD-exitK-everyB``. The suffix ``-gridG`` (after any ``-everyB``)
+makes the early exits' heads and routers read a ``G × G`` grid of average-pooled positions
+instead of the global average (:class:`~routing_rl.nets.exits.GridPool`; G = 2 or 4 offered):
+``resnetD-exits-gridG`` and its early paths ``resnetD-exitK-gridG``; the deepest path is the
+plain net at every grid. A static net's node names are its routed net's,
 so a trained plain ``resnetD`` loads into ``resnetD-exits``, and ``resnetD-everyB`` into
 ``resnetD-exits-everyB`` (:func:`~routing_rl.nets.routable.load_backbone`).
 """
@@ -21,6 +25,7 @@ so a trained plain ``resnetD`` loads into ``resnetD-exits``, and ``resnetD-every
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +39,9 @@ INPUT_SHAPE = (3, 32, 32)
 STAGE_CHANNELS = (16, 32, 64)
 DEPTHS = (20, 32, 56)
 """The depths the image tasks offer by name; :func:`resnet` builds any ``6n + 2``."""
-ARCH = re.compile(r"resnet(\d+)(-exits|-exit(\d+))?(?:-every(\d+))?")
+GRIDS = (2, 4)
+"""The grids (besides the global average) the image tasks offer by name for the early exits."""
+ARCH = re.compile(r"resnet(\d+)(-exits|-exit(\d+))?(?:-every(\d+))?(?:-grid(\d+))?")
 
 
 class BasicBlock(nn.Module):
@@ -85,10 +92,11 @@ def channels_at(width: float) -> list[int]:
 
 
 def resnet(depth: int = 20, width: float = 1, classes: int = 10, exit_every: int | None = None,
-           k_cpt_input: bool = False) -> RoutedNet:
+           k_cpt_input: bool = False, grid: int = 1) -> RoutedNet:
     """ResNet-``depth`` as a chain with an exit after each stage, or after every
     ``exit_every`` blocks (the last segment takes what is left, and always ends in an exit).
-    Nodes ``seg1..segM`` (the first holds the stem), heads ``exit1..exitM``."""
+    Nodes ``seg1..segM`` (the first holds the stem), heads ``exit1..exitM``; the early heads
+    and routers read a ``grid × grid`` average pool of their map."""
     n = blocks_per_stage(depth)
     if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
         raise ValueError(f"classes must be an integer >= 2, got {classes!r}")
@@ -109,7 +117,7 @@ def resnet(depth: int = 20, width: float = 1, classes: int = 10, exit_every: int
     for i, group in enumerate(groups):
         layers = ([stem(channels[0])] if i == 0 else []) + [block for block, _ in group]
         segments.append((nn.Sequential(*layers), group[-1][1]))
-    return exit_chain(segments, classes, INPUT_SHAPE, k_cpt_input=k_cpt_input)
+    return exit_chain(segments, classes, INPUT_SHAPE, k_cpt_input=k_cpt_input, grid=grid)
 
 
 def exit_spacings(depth: int) -> list[int]:
@@ -119,41 +127,53 @@ def exit_spacings(depth: int) -> list[int]:
     return [every for every in range(1, n) if n % every == 0]
 
 
+def _grid_suffixes() -> list[str]:
+    return ["", *(f"-grid{g}" for g in GRIDS)]
+
+
 def arch_names() -> list[str]:
     """Every ResNet arch the image tasks offer: the routed chains, then their static paths."""
-    every = [f"resnet{d}-exits-every{b}" for d in DEPTHS for b in exit_spacings(d)]
-    return [f"resnet{d}-exits" for d in DEPTHS] + every + static_arch_names()
+    chains = [f"resnet{d}-exits" for d in DEPTHS]
+    chains += [f"resnet{d}-exits-every{b}" for d in DEPTHS for b in exit_spacings(d)]
+    return [chain + grid for grid in _grid_suffixes() for chain in chains] + static_arch_names()
 
 
 def static_arch_names() -> list[str]:
     """For each offered depth, ``resnetD`` (the plain net) and ``resnetD-exitK`` (K = 1, 2);
     for each offered spacing, ``resnetD-everyB`` and ``resnetD-exitK-everyB`` (every exit but
-    the deepest)."""
-    names = [name for d in DEPTHS for name in (f"resnet{d}", f"resnet{d}-exit1", f"resnet{d}-exit2")]
+    the deepest); the early paths again with each offered ``-gridG``."""
+    names = [f"resnet{d}" for d in DEPTHS]
+    names += [f"resnet{d}-exit{k}{grid}" for grid in _grid_suffixes() for d in DEPTHS for k in (1, 2)]
     for d in DEPTHS:
         for b in exit_spacings(d):
             exits = 3 * blocks_per_stage(d) // b
-            names += [f"resnet{d}-every{b}", *(f"resnet{d}-exit{k}-every{b}" for k in range(1, exits))]
+            names.append(f"resnet{d}-every{b}")
+            names += [f"resnet{d}-exit{k}-every{b}{grid}" for grid in _grid_suffixes() for k in range(1, exits)]
     return names
 
 
 def build(arch: str, width: float = 1, classes: int = 10, k_cpt_input: bool = False,
           exit_confidence: bool = False) -> RoutedNet:
     """A ResNet by arch name (module docstring): ``resnetD-exits``, ``resnetD`` or
-    ``resnetD-exitK``, each with an optional ``-everyB`` (any ``B`` from 1 to ``3n``)."""
+    ``resnetD-exitK``, each with an optional ``-everyB`` (any ``B`` from 1 to ``3n``), then an
+    optional ``-gridG`` for the early exits (any ``G`` >= 1)."""
     match = ARCH.fullmatch(arch)
     if match is None:
         raise ValueError(f"unknown ResNet arch {arch!r}; choose resnetD-exits, resnetD or resnetD-exitK, optionally "
-                         f"ending in -everyB for an exit every B blocks (D = 6n + 2, e.g. {', '.join(arch_names()[:3])}, "
-                         "resnet56-exits-every3)")
+                         f"ending in -everyB for an exit every B blocks and -gridG for early exits that read a G×G grid "
+                         f"(D = 6n + 2, e.g. {', '.join(arch_names()[:3])}, resnet56-exits-every3-grid4)")
     depth = int(match.group(1))
     every = None if match.group(4) is None else int(match.group(4))
+    grid = 1 if match.group(5) is None else int(match.group(5))
     if match.group(2) == "-exits":
-        net = resnet(depth, width, classes, exit_every=every, k_cpt_input=k_cpt_input)
+        net = resnet(depth, width, classes, exit_every=every, k_cpt_input=k_cpt_input, grid=grid)
         return read_exit_confidence(net) if exit_confidence else net
     if k_cpt_input or exit_confidence:
         raise ValueError(f"{arch} is a static net without routers; drop k_cpt_input and exit_confidence")
-    routed = resnet(depth, width, classes, exit_every=every)
+    if match.group(3) is None and grid != 1:
+        raise ValueError(f"{arch}: the plain ResNet's head reads the global average at every grid; name it "
+                         f"resnet{depth}{'' if every is None else f'-every{every}'}")
+    routed = resnet(depth, width, classes, exit_every=every, grid=grid)
     leaf = routed.leaves[-1] if match.group(3) is None else f"exit{match.group(3)}"
     if leaf not in routed.leaves:
         spacing = "" if every is None else f" every {every} blocks"
@@ -166,13 +186,16 @@ BLOCK_KEY = re.compile(r"transform\.(\d+)\.(.+)")
 FIRST_SEGMENT_BLOCK = re.compile(r"nodes\.seg1\.transform\.\d+\.conv1\.weight")
 
 
-def respace(state: dict[str, torch.Tensor], arch: str) -> dict[str, torch.Tensor]:
+def respace(state: Mapping[str, torch.Tensor], arch: str,
+            like: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """A ResNet chain's ``state_dict`` of any exit spacing (a plain ``resnetD`` run's, a
     ``resnetD-exits`` run's, ...) with its keys renamed for ``arch``'s spacing
-    (``resnetD-exits-everyB`` or ``resnetD-exits``), so that a trunk trained with exits after
-    each stage gets an exit after every block without training again: the stem and blocks keep
-    their order; a head or router moves to the exit after the same block, and one with no
-    exit there in ``arch`` (an early head of another spacing) is left out, to be trained anew."""
+    (``resnetD-exits-everyB[-gridG]`` or ``resnetD-exits[-gridG]``), so that a trunk trained
+    with exits after each stage gets an exit after every block without training again: the
+    stem and blocks keep their order; a head or router moves to the exit after the same block,
+    and one with no exit there in ``arch`` (an early head of another spacing) is left out, to
+    be trained anew. With ``like`` (the ``state_dict`` of the net the result is for), so is a
+    head or router whose tensors have other shapes there (one that reads another grid)."""
     match = ARCH.fullmatch(arch)
     if match is None or match.group(2) != "-exits":
         raise ValueError(f"respace names keys for a ResNet chain with exits (resnetD-exits[-everyB]), got {arch!r}")
@@ -206,4 +229,14 @@ def respace(state: dict[str, torch.Tensor], arch: str) -> dict[str, torch.Tensor
         k = exit_at.get(blocks_before_exit(index, source))
         if k is not None:  # a head (exitK) or router (segK.router) where arch has an exit after the same block
             renamed[f"nodes.{kind}{k}.{rest}"] = tensor
-    return renamed
+    if like is None:
+        return renamed
+
+    def owner(key: str) -> str | None:
+        """The head (``exitK``) or router (``segK.router``) a tensor belongs to; None for the trunk."""
+        kind, index, rest = NODE_KEY.fullmatch(key).groups()
+        return f"exit{index}" if kind == "exit" else f"seg{index}.router" if rest.startswith("router.") else None
+
+    misfits = {owner(key) for key, tensor in renamed.items()
+               if owner(key) and key in like and like[key].shape != tensor.shape}
+    return {key: tensor for key, tensor in renamed.items() if owner(key) not in misfits}

@@ -100,7 +100,7 @@ def graph_node_names(model: nn.Module) -> list[str]:
 
 
 def routable(model: nn.Module, exits: Sequence[str], input_shape: Sequence[int], classes: int | None = None,
-             k_cpt_input: bool = False) -> RoutedNet:
+             k_cpt_input: bool = False, grid: int = 1) -> RoutedNet:
     """``model`` as a routed chain with an exit after each node of ``exits`` (module docstring).
 
     Args:
@@ -111,6 +111,8 @@ def routable(model: nn.Module, exits: Sequence[str], input_shape: Sequence[int],
         input_shape: one example's shape, without the batch (``(3, 32, 32)`` for CIFAR).
         classes: the number of classes; default: the model's output width.
         k_cpt_input: the routers also read k_cpt (dynamic k_cpt).
+        grid: each exit's head and router read its map average-pooled over a ``grid × grid``
+            grid (1: the global average); above 1, every exit must be a ``(C, H, W)`` map.
 
     Raises :class:`RoutableError` (a ValueError) for a model or exits it cannot split.
     """
@@ -154,8 +156,12 @@ def routable(model: nn.Module, exits: Sequence[str], input_shape: Sequence[int],
     if classes is not None and classes != logits[0]:
         raise RoutableError(f"{type(model).__name__} predicts {logits[0]} classes, not classes={classes}; build it "
                             f"with num_classes={classes} or drop classes=")
+    flat = [name for name, shape in zip(exits, shapes[:-1]) if len(shape) != 3]
+    if grid != 1 and flat:
+        raise RoutableError(f"exit {flat[0]!r} is not a (C, H, W) map, so it has no grid to pool over; use grid=1 or "
+                            "pick exits inside the convolutional trunk")
     chain = [(segment, shape[0]) for segment, shape in zip(segments[:-1], shapes[:-1])]
-    return exit_chain(chain, logits[0], input_shape, classifier=segments[-1], k_cpt_input=k_cpt_input)
+    return exit_chain(chain, logits[0], input_shape, classifier=segments[-1], k_cpt_input=k_cpt_input, grid=grid)
 
 
 def _read_attributes_inside(parts: fx.GraphModule) -> None:
