@@ -18,12 +18,14 @@ A frozen run's checkpoint loads into the full net with :func:`~routing_rl.nets.f
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from routing_rl.core.graph import RoutedNet
 from routing_rl.data import RoutingDataset, Split
+from routing_rl.data.containers import VALIDATION_MIXES
 from routing_rl.data.cache import cached, check_cache_dir, default_cache_dir
 from routing_rl.envs.image_task import ImageTask
 from routing_rl.envs.task import RoutingTask, load_factory
@@ -60,6 +62,20 @@ def backbone_held_out(path: str | Path) -> tuple[float, int, str] | None:
     return float(identity["validation_fraction"]), int(identity["seed"]), str(identity["validation_mix"])
 
 
+def check_held_out(held_out: Sequence) -> tuple[float, int, str]:
+    """``held_out=`` as given: ``(validation fraction, seed, validation mix)``."""
+    try:
+        fraction, seed, mix = held_out
+    except (TypeError, ValueError):
+        raise ValueError(f"held_out is (validation fraction, seed, validation mix), e.g. (0.1, 0, 'test'), "
+                         f"got {held_out!r}") from None
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1 \
+            or isinstance(seed, bool) or not isinstance(seed, int) or mix not in VALIDATION_MIXES:
+        raise ValueError(f"held_out is (validation fraction in (0, 1), an integer seed, one of "
+                         f"{', '.join(VALIDATION_MIXES)}), got {held_out!r}")
+    return float(fraction), seed, mix
+
+
 def weights_digest(net: RoutedNet) -> str:
     """A digest of every tensor of ``net``: the cached features' key, so that other weights
     compute them again."""
@@ -85,12 +101,18 @@ class FrozenBackboneTask(RoutingTask):
             A run's checkpoint also says which validation part the backbone trained without:
             every run on this task validates (and calibrates thresholds) on that part, whatever
             its ``--seed``, and must ask for the same fraction and mix
-            (:attr:`~routing_rl.data.RoutingDataset.held_out`). A bare ``state_dict`` does not say,
-            and the run's own seed draws the part.
+            (:attr:`~routing_rl.data.RoutingDataset.held_out`). A bare ``state_dict`` does not say:
+            give ``held_out``, or the run's own seed draws the part.
         dataset: the image dataset's name, as :class:`~routing_rl.envs.image_task.ImageTask`'s.
         data_dir: where its files are (default ``$ROUTING_RL_DATA_DIR``).
         download: try torchvision's downloaders when the files are not found.
         backbone_width: an image task chain's channel multiplier (the backbone's).
+        held_out: ``(validation fraction, seed, validation mix)`` of the validation part a
+            backbone that does not say so (a ``state_dict`` file, a ``"module:function"``
+            chain) was trained without, as ``--validation-fraction``, ``--seed`` and
+            ``--validation-mix`` drew it (:meth:`~routing_rl.data.RoutingDataset.validation_indices`).
+            A backbone trained on every training image has no such part: calibrate on it and
+            the thresholds are calibrated on images it fitted.
 
     (``arch``, ``width`` and ``net`` are the environment's own keywords, hence these names.)
 
@@ -100,9 +122,11 @@ class FrozenBackboneTask(RoutingTask):
     """
 
     def __init__(self, chain: str = "resnet20-exits", backbone: str | None = None, dataset: str = "cifar10",
-                 backbone_width: int = 1, data_dir: str | Path | None = None, download: bool = True):
+                 backbone_width: int = 1, data_dir: str | Path | None = None, download: bool = True,
+                 held_out: Sequence | None = None):
         self.image_task = ImageTask(dataset, data_dir, download)
         self.backbone, self.width = backbone, backbone_width
+        self.held_out = None if held_out is None else check_held_out(held_out)
         self.net_factory = chain if ":" in chain else None
         if self.net_factory is None and backbone is None:
             raise ValueError(f"a frozen {chain} needs its trained weights: give backbone= (a state_dict file or a run's "
@@ -147,7 +171,12 @@ class FrozenBackboneTask(RoutingTask):
         }, required=("train_images", "test_images"))
         splits = {name: Split(entry[f"{name}_images"], getattr(images, name).labels, getattr(images, name).source)
                   for name in ("train", "test")}
-        held_out = None if self.backbone is None else backbone_held_out(self.backbone)
+        held_out = self.held_out
+        recorded = None if self.backbone is None else backbone_held_out(self.backbone)
+        if recorded is not None and held_out not in (None, recorded):
+            raise ValueError(f"held_out={held_out} but the backbone's run held out {recorded}; drop held_out= (the "
+                             "checkpoint says it)")
+        held_out = held_out or recorded
         description = {**images.description,
                        "frozen_backbone": {"arch": self.arch, "weights": key["weights"], "held_out": held_out}}
         return RoutingDataset(images.name, images.classes, splits["train"], splits["test"], description, images.sources,

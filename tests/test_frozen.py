@@ -113,6 +113,17 @@ def test_a_trained_plain_resnet_s_heads_and_routers_train_on_cached_features(tin
     with pytest.raises(ValueError, match="trained without a validation part of 0.4 .mix test.; validate on that one: "
                                          "--validation-fraction 0.4 --validation-mix test"):
         task.dataset().validation_indices(0.1, 0, "test")
+    # a bare state_dict does not say what it trained on: held_out= says it, and a run's checkpoint must agree
+    bare = tmp_path / "plain-state.pt"
+    torch.save(static.state_dict(), bare)
+    kinds = dict(chain="resnet20-exits", dataset="cifar10", data_dir=str(tiny_data), download=False)
+    assert FrozenBackboneTask(backbone=str(bare), **kinds).dataset().held_out is None
+    assert FrozenBackboneTask(backbone=str(bare), held_out=(0.4, 5, "test"), **kinds).dataset().held_out == (0.4, 5, "test")
+    with pytest.raises(ValueError, match=r"the backbone's run held out \(0.4, 0, 'test'\); drop held_out="):
+        FrozenBackboneTask(backbone=str(checkpoint), held_out=(0.4, 1, "test"), **kinds).dataset()
+    for bad in ((0.4, 0), (1.5, 0, "test"), (0.1, 0, "val")):
+        with pytest.raises(ValueError, match="held_out is"):
+            FrozenBackboneTask(backbone=str(bare), held_out=bad, **kinds)
 
     monkeypatch.setattr(frozen_task, "exit_features", lambda *a, **k: pytest.fail("features computed again"))
     again = FrozenBackboneTask(backbone=str(checkpoint), dataset="cifar10", data_dir=str(tiny_data), download=False)
