@@ -108,6 +108,23 @@ def test_claim_one_has_a_verdict_per_learner_and_the_papers_words():
     assert all(c.paper for f in reproduce.figures().values() for c in f.claims)
 
 
+def test_the_dynamic_k_cpt_claim_needs_its_macs_to_fall_at_every_step_and_its_accuracy_within_a_point():
+    actor, dynamic = Series("actor", "actor"), Series("actor, dynamic k_cpt", "actor", dynamic=True)
+    claim = reproduce.figures(k_cpts=(0.0, 4e-9, 1.6e-8, 6.4e-8))["hybrid"].claims[3]
+
+    def outcome(dynamic_macs):
+        points = [point(actor, seed, k, 0.90, 5e6) for seed in (0, 1) for k in (4e-9, 1.6e-8)]
+        points += [point(dynamic, seed, k, 0.90 - seed / 1000, m) for seed in (0, 1)
+                   for k, m in zip((0.0, 4e-9, 1.6e-8, 6.4e-8), dynamic_macs[seed])]
+        return claim.measure(Results(points, []))
+
+    falling = outcome([(9e6, 7e6, 4e6, 2e6), (9e6, 8e6, 4e6, 4e6)])  # an equal step is not a rise
+    assert falling.verdict == HOLDS and [part for _, part, _ in falling.parts] == [HOLDS, HOLDS]
+    ignored = outcome([(9e6, 7e6, 4e6, 2e6), (3e6, 3e6, 3.1e6, 3e6)])  # seed 1 reads its k_cpt the wrong way once
+    assert ignored.verdict == FAILS and ignored.parts[0][1:] == (FAILS, "steps where it rose, per seed: 0, 1")
+    assert ignored.parts[1][1] == HOLDS, "accuracy alone would have passed"
+
+
 def test_cifar2_claim_fails_when_no_actor_point_reaches_the_best_static_accuracy():
     static, actor = Series("static nets", "static", {"dataset": "cifar2"}), Series("actor, cifar2", "actor", {"dataset": "cifar2"})
     points = [p for seed in (0, 1) for p in (point(static, seed, None, 0.93, 5e6, "static-2"),
