@@ -118,16 +118,17 @@ def test_a_trunk_respaced_computes_the_same_blocks_and_keeps_the_heads_where_exi
 def test_grid_exits_pool_a_grid_of_positions_and_keep_the_plain_net_as_the_deepest_path():
     net = resnet.build("resnet20-exits-every1-grid4")
     plain = resnet.build("resnet20-exits-every1")
-    # the early heads and routers read 4 × 4 = 16 averages per channel; the deepest head is the plain net's
+    # the early heads read 4 × 4 = 16 averages per channel, the routers one; the deepest head is the plain net's
     assert [net.macs[f"exit{k}"] for k in (1, 4, 7, 9)] == [16 * 16 * 10, 32 * 16 * 10, 64 * 16 * 10, 64 * 10]
-    assert net.nodes["seg4"].router.layers[0].in_features == 32 * 16
+    assert net.nodes["seg4"].router.layers[0].in_features == 32 and net.router_macs == plain.router_macs
     assert net.macs["seg5"] == plain.macs["seg5"], "pooling is not a multiply-accumulate"
     assert resnet.build("resnet20-exit4-every1-grid2").leaf_path_macs == [plain.path_macs("exit4") - sum(
         plain.router_macs[f"seg{k}"] for k in range(1, 5)) - 32 * 10 + 32 * 4 * 10]
     x = varied_images(2)
     state = net.nodes["seg1"].transform.eval()(x)  # stage 1's map, 16 × 32 × 32
     cell = state[:, :, :8, 8:16].mean((2, 3))  # row 0, column 1 of the 4 × 4 grid
-    torch.testing.assert_close(net.nodes["seg1"].descriptor(state).view(2, 16, 4, 4)[:, :, 0, 1], cell)
+    torch.testing.assert_close(net.nodes["exit1"].transform.pool(state).view(2, 16, 4, 4)[:, :, 0, 1], cell)
+    torch.testing.assert_close(net.nodes["seg1"].descriptor(state), state.mean((2, 3)), msg="routers read the global average")
     # a plain trunk loads: its head becomes the deepest exit; the early grid heads are new
     trunk = resnet.build("resnet20", width=1).eval()
     new = load_backbone(net.eval(), resnet.respace(trunk.state_dict(), "resnet20-exits-every1-grid4", like=net.state_dict()))
@@ -139,12 +140,13 @@ def test_grid_exits_pool_a_grid_of_positions_and_keep_the_plain_net_as_the_deepe
         resnet.resnet(20, grid=0)
 
 
-def test_respace_with_like_leaves_out_heads_and_routers_of_another_grid():
+def test_respace_with_like_leaves_out_heads_of_another_grid_and_keeps_the_routers():
     torch.manual_seed(0)
     stages = resnet.build("resnet20-exits", width=0.25)  # global heads after blocks 3, 6, 9
     target = resnet.build("resnet20-exits-every3-grid2", width=0.25)
     state = resnet.respace(stages.state_dict(), "resnet20-exits-every3-grid2", like=target.state_dict())
-    assert not {key for key in state if key.startswith(("nodes.exit1.", "nodes.exit2.", "nodes.seg1.router", "nodes.seg2.router"))}
+    assert not {key for key in state if key.startswith(("nodes.exit1.", "nodes.exit2."))}
+    assert "nodes.seg1.router.layers.0.weight" in state, "a router reads the global average at every grid"
     assert "nodes.exit3.transform.linear.weight" in state, "the deepest head reads the global average at every grid"
     with pytest.raises(ValueError, match="another width or number of classes"):  # without like, the shapes clash
         load_backbone(target, resnet.respace(stages.state_dict(), "resnet20-exits-every3-grid2"))

@@ -211,7 +211,7 @@ def test_grid_exits_on_a_torchvision_model_read_each_cell_s_average():
     x = varied_images(2)
     torch.testing.assert_close(net(x).logits["exit3"], model(x))
     assert net.nodes["exit1"].transform.linear.in_features == 64 * 4 and net.macs["exit1"] == 64 * 4 * 10
-    assert net.nodes["seg2"].router.layers[0].in_features == 256 * 4
+    assert net.nodes["seg2"].router.layers[0].in_features == 256, "a router reads the mean of its head's cells"
 
 
 def test_a_plain_resnet_checkpoint_loads_into_the_routed_resnet(tmp_path):

@@ -6,14 +6,21 @@ after each segment but the last, a 2-way junction whose router chooses between a
 segment (a backbone without a classifier: :mod:`routing_rl.nets.resnet`) or the backbone's
 own classifier as the last leaf (a network the user brings: :mod:`routing_rl.nets.routable`).
 
-Each head is pool + linear (:class:`ExitHead`) and each router reads the same pooled features
-(:class:`GridPool`): by default the map's global average, ``C`` numbers per example whatever
-its size; with ``grid=G`` the early exits average a ``G × G`` grid of positions instead,
-``C·G²`` numbers. The frozen-backbone mode caches exactly these (:mod:`routing_rl.nets.frozen`).
+Each head is pool + linear (:class:`ExitHead`): by default it reads the map's global
+average, ``C`` numbers per example whatever its size; with ``grid=G`` the early heads average a
+``G × G`` grid of positions instead, ``C·G²`` numbers (:class:`GridPool`). Each router reads
+the mean of its head's cells (:class:`CellMean`): the global average, ``C`` numbers, at every
+grid. The frozen-backbone mode caches the heads' cells (:mod:`routing_rl.nets.frozen`), from
+which the routers' input follows.
 
-Why a grid: a global average keeps what a map holds and forgets where. Later layers read an
-early map through its layout, so one linear layer on its global average classifies poorly,
-and on a grid of averages far better, for a few thousand more MACs per head (measured in
+Why a grid for the heads: a global average keeps what a map holds and forgets where. Later
+layers read an early map through its layout, so one linear layer on its global average
+classifies poorly, and on a grid of averages far better, for a few thousand more MACs per head.
+Why not for the routers: a router does not classify, it judges whether stopping here pays,
+which the head's confidence (``--exit-confidence``) and the global average say with ``G²``
+times fewer inputs to fit to the backbone's training images; routers reading all ``C·G²``
+cells routed test images worse than the heads' confidence thresholds at the same MACs, and
+reading the global average as well as them or better (both measured in
 ``docs/results/own-network.md``). The deepest head stays a global average: it is the
 backbone's own classifier, so the plain network is the chain's deepest path at every grid.
 """
@@ -58,6 +65,23 @@ global_pool = GridPool(1)
 """The global average: the deepest head's pooling, and every exit's by default."""
 
 
+class CellMean:
+    """``(B, C)``: the mean of a map's ``G × G`` cell averages (:class:`GridPool`), which is
+    its global average where ``G`` divides its sides; what a router on a grid exit reads.
+    Taken from the cells rather than the map so that a frozen backbone's cache, which holds
+    the cells, gives the routers exactly their input."""
+
+    def __init__(self, grid: int = 1):
+        self.cells = GridPool(grid)
+
+    def __call__(self, state: torch.Tensor) -> torch.Tensor:
+        return self.of_cells(self.cells(state))
+
+    def of_cells(self, cells: torch.Tensor) -> torch.Tensor:
+        """``(B, C)`` from ``(B, C·G²)`` cell averages, channel-major."""
+        return cells if self.cells.grid == 1 else cells.view(cells.shape[0], -1, self.cells.grid**2).mean(2)
+
+
 class ExitHead(nn.Module):
     """An exit's classifier: average pooling (global, or over a ``grid × grid`` grid), then one
     linear layer to the logits."""
@@ -76,20 +100,20 @@ def exit_chain(segments: Sequence[tuple[nn.Module, int]], classes: int, input_sh
     """A chain of ``segments`` (each ``(module, channels of its output)``, in order) with an
     exit after each: nodes ``seg1..segM``; heads ``exit1..exitM`` (:class:`ExitHead`);
     with ``classifier``, a last leaf ``exit{M+1}`` that maps ``segM``'s output to logits,
-    and ``segM`` is a junction too. ``grid``: each junction's head and router read its map
-    averaged over a ``grid × grid`` grid; a last head on ``segM`` (no ``classifier``) reads the
-    global average."""
+    and ``segM`` is a junction too. ``grid``: each junction's head reads its map averaged over
+    a ``grid × grid`` grid, its router the mean of those cells (:class:`CellMean`); a last head
+    on ``segM`` (no ``classifier``) reads the global average."""
     if not segments:
         raise ValueError("a chain needs at least one segment")
-    pool = GridPool(grid)
+    router_input = CellMean(grid)
     nodes: dict[str, Node] = {}
     last = len(segments)
     for i, (module, channels) in enumerate(segments, start=1):
         if i < last or classifier is not None:
             exit_head = ExitHead(channels, classes, grid)
             following = f"seg{i + 1}" if i < last else f"exit{i + 1}"
-            router = Router(pool.width(channels), 2, k_cpt_input)
-            nodes[f"seg{i}"] = Node(module, [f"exit{i}", following], router, descriptor=pool)
+            router = Router(channels, 2, k_cpt_input)
+            nodes[f"seg{i}"] = Node(module, [f"exit{i}", following], router, descriptor=router_input)
         else:
             exit_head = ExitHead(channels, classes)
             nodes[f"seg{i}"] = Node(module, [f"exit{i}"], descriptor=global_pool)

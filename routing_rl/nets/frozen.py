@@ -2,8 +2,9 @@
 
 When only the exit heads and routers learn, every example's backbone outputs are the same at
 every step, so they are computed once (:func:`exit_features`) and kept: per example, the pooled
-features at each junction (what its head and router read: :class:`~routing_rl.nets.exits.GridPool`)
-and the last leaf's logits, side by side in one vector. :func:`frozen_net` is the same chain on
+features each junction's head reads (:class:`~routing_rl.nets.exits.GridPool`; its router reads
+their :class:`~routing_rl.nets.exits.CellMean`) and the last leaf's logits, side by side in one
+vector. :func:`frozen_net` is the same chain on
 those vectors: each backbone node becomes a :class:`CachedSegment` that hands the vector on and
 costs the MACs the segment it stands for costs (so every path's MACs are the backbone's), each
 head reads its junction's slice through the **same** linear layer as the full net's head, and
@@ -12,7 +13,7 @@ net's heads and routers in place, and a frozen run's checkpoint loads into the f
 (:func:`attach`).
 
 Nets it takes: chains whose heads are :class:`~routing_rl.nets.exits.ExitHead` and whose
-junctions read a :class:`~routing_rl.nets.exits.GridPool` — :mod:`routing_rl.nets.resnet` and
+routers read a :class:`~routing_rl.nets.exits.CellMean` of their cells — :mod:`routing_rl.nets.resnet` and
 :func:`~routing_rl.nets.routable.routable` nets; others are refused with one line.
 """
 
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 
 from routing_rl.core.graph import Node, RoutedNet
-from routing_rl.nets.exits import ExitHead, GridPool
+from routing_rl.nets.exits import CellMean, ExitHead
 
 
 class Slice:
@@ -35,6 +36,17 @@ class Slice:
 
     def __call__(self, state: torch.Tensor) -> torch.Tensor:
         return state[:, self.start : self.stop]
+
+
+class CellOfSlice:
+    """A router's input from its junction's cached cells: the full net's
+    :class:`~routing_rl.nets.exits.CellMean` of ``part``."""
+
+    def __init__(self, cell_mean: CellMean, part: Slice):
+        self.cell_mean, self.part = cell_mean, part
+
+    def __call__(self, state: torch.Tensor) -> torch.Tensor:
+        return self.cell_mean.of_cells(self.part(state))
 
 
 class CachedSegment(nn.Module):
@@ -75,7 +87,7 @@ def backbone_nodes(net: RoutedNet) -> list[str]:
     for junction in net.junctions:
         node = net.nodes[junction]
         heads = [sink for sink in node.sinks if net.nodes[sink].is_leaf and sink != deepest]
-        if not isinstance(node.descriptor, GridPool) or len(heads) != 1 or not isinstance(net.nodes[heads[0]].transform, ExitHead):
+        if not isinstance(node.descriptor, CellMean) or len(heads) != 1 or not isinstance(net.nodes[heads[0]].transform, ExitHead):
             raise ValueError(f"junction {junction!r} is not an exit of pool + linear head (routing_rl.nets.exits); "
                              "frozen-backbone mode caches the pooled features such heads and routers read")
     return path
@@ -94,18 +106,23 @@ def _head(net: RoutedNet, junction: str) -> ExitHead:
 
 @torch.no_grad()
 def exit_features(net: RoutedNet, images: torch.Tensor, batch_size: int = 500) -> torch.Tensor:
-    """``(N, feature_width(net))`` float32: each image's pooled features at every junction and
-    the deepest leaf's logits, from ``net`` in eval mode (the backbone as it will stay)."""
-    backbone_nodes(net)
+    """``(N, feature_width(net))`` float32: each image's pooled features at every junction (what
+    its head reads) and the deepest leaf's logits, from ``net`` in eval mode (the backbone as it
+    will stay)."""
+    path = backbone_nodes(net)
+    junctions = set(net.junctions)
     device = net.leaf_macs.device
     was_training = net.training
     net.eval()
     chunks = []
     try:
         for start in range(0, len(images), batch_size):
-            out = net(images[start : start + batch_size].to(device), 0.0 if net.k_cpt_input else None)
-            chunks.append(torch.cat([*(out.descriptors[j] for j in net.junctions), out.logits[net.leaves[-1]]], 1)
-                          .float().cpu())
+            state, features = images[start : start + batch_size].to(device), []
+            for name in path:
+                state = net.nodes[name].transform(net.nodes[name].reads(state))
+                if name in junctions:
+                    features.append(_head(net, name).pool(state))
+            chunks.append(torch.cat([*features, state], 1).float().cpu())
     finally:
         net.train(was_training)
     return torch.cat(chunks) if chunks else torch.zeros(0, feature_width(net))
@@ -127,7 +144,8 @@ def frozen_net(net: RoutedNet) -> RoutedNet:
             for sink in node.sinks:
                 if net.nodes[sink].is_leaf and sink != deepest:
                     nodes[sink] = Node(CachedHead(net.nodes[sink].transform.linear, part))
-            nodes[name] = Node(CachedSegment(net.macs[name]), node.sinks, node.router, descriptor=part)
+            router_input = CellOfSlice(node.descriptor, part)
+            nodes[name] = Node(CachedSegment(net.macs[name]), node.sinks, node.router, descriptor=router_input)
         else:
             nodes[name] = Node(CachedSegment(net.macs[name]), node.sinks)
     nodes[deepest] = Node(CachedSegment(net.macs[deepest], Slice(start, start + net.classes)))

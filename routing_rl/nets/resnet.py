@@ -14,8 +14,9 @@ plain ResNet (its deepest exit's path), and ``resnetD-exitK``, the stages up to 
 with that head. The suffix ``-everyB`` puts an exit every ``B`` blocks instead:
 ``resnetD-exits-everyB``, with its paths ``resnetD-everyB`` (the plain net, its node names
 this chain's) and ``resnetD-exitK-everyB``. The suffix ``-gridG`` (after any ``-everyB``)
-makes the early exits' heads and routers read a ``G × G`` grid of average-pooled positions
-instead of the global average (:class:`~routing_rl.nets.exits.GridPool`; G = 2 or 4 offered):
+makes the early exits' heads read a ``G × G`` grid of average-pooled positions instead of
+the global average (:class:`~routing_rl.nets.exits.GridPool`; G = 2 or 4 offered; the routers
+read the global average at every grid):
 ``resnetD-exits-gridG`` and its early paths ``resnetD-exitK-gridG``; the deepest path is the
 plain net at every grid. A static net's node names are its routed net's,
 so a trained plain ``resnetD`` loads into ``resnetD-exits``, and ``resnetD-everyB`` into
@@ -96,7 +97,7 @@ def resnet(depth: int = 20, width: float = 1, classes: int = 10, exit_every: int
     """ResNet-``depth`` as a chain with an exit after each stage, or after every
     ``exit_every`` blocks (the last segment takes what is left, and always ends in an exit).
     Nodes ``seg1..segM`` (the first holds the stem), heads ``exit1..exitM``; the early heads
-    and routers read a ``grid × grid`` average pool of their map."""
+    read a ``grid × grid`` average pool of their map, the routers its global average."""
     n = blocks_per_stage(depth)
     if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
         raise ValueError(f"classes must be an integer >= 2, got {classes!r}")
@@ -195,7 +196,7 @@ def respace(state: Mapping[str, torch.Tensor], arch: str,
     stem and blocks keep their order; a head or router moves to the exit after the same block,
     and one with no exit there in ``arch`` (an early head of another spacing) is left out, to
     be trained anew. With ``like`` (the ``state_dict`` of the net the result is for), so is a
-    head or router whose tensors have other shapes there (one that reads another grid)."""
+    head or router whose tensors have other shapes there (a head that reads another grid)."""
     match = ARCH.fullmatch(arch)
     if match is None or match.group(2) != "-exits":
         raise ValueError(f"respace names keys for a ResNet chain with exits (resnetD-exits[-everyB]), got {arch!r}")

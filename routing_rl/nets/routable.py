@@ -111,8 +111,9 @@ def routable(model: nn.Module, exits: Sequence[str], input_shape: Sequence[int],
         input_shape: one example's shape, without the batch (``(3, 32, 32)`` for CIFAR).
         classes: the number of classes; default: the model's output width.
         k_cpt_input: the routers also read k_cpt (dynamic k_cpt).
-        grid: each exit's head and router read its map average-pooled over a ``grid × grid``
-            grid (1: the global average); above 1, every exit must be a ``(C, H, W)`` map.
+        grid: each exit's head reads its map average-pooled over a ``grid × grid`` grid (1: the
+            global average; the routers read the global average at every grid); above 1, every
+            exit must be a ``(C, H, W)`` map.
 
     Raises :class:`RoutableError` (a ValueError) for a model or exits it cannot split.
     """
