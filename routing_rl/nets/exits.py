@@ -18,10 +18,10 @@ layers read an early map through its layout, so one linear layer on its global a
 classifies poorly, and on a grid of averages far better, for a few thousand more MACs per head.
 Why not for the routers: a router does not classify, it judges whether stopping here pays,
 which the head's confidence (``--exit-confidence``) and the global average say with ``G²``
-times fewer inputs to fit to the backbone's training images; routers reading all ``C·G²``
-cells routed test images worse than the heads' confidence thresholds at the same MACs, and
-reading the global average as well as them or better (both measured in
-``docs/results/own-network.md``). The deepest head stays a global average: it is the
+times fewer inputs to fit to the backbone's training images. Routers reading all ``C·G²``
+cells routed test images worse than the heads' confidence thresholds at the same MACs;
+routers reading the global average routed as well as the thresholds or better (both measured
+in ``docs/results/own-network.md``). The deepest head stays a global average: it is the
 backbone's own classifier, so the plain network is the chain's deepest path at every grid.
 """
 

@@ -89,7 +89,7 @@ def backbone_nodes(net: RoutedNet) -> list[str]:
         heads = [sink for sink in node.sinks if net.nodes[sink].is_leaf and sink != deepest]
         if not isinstance(node.descriptor, CellMean) or len(heads) != 1 or not isinstance(net.nodes[heads[0]].transform, ExitHead):
             raise ValueError(f"junction {junction!r} is not an exit of pool + linear head (routing_rl.nets.exits); "
-                             "frozen-backbone mode caches the pooled features such heads and routers read")
+                             "frozen-backbone mode caches the pooled features such heads read, and their routers' input follows")
     return path
 
 
