@@ -125,6 +125,28 @@ def test_the_dynamic_k_cpt_claim_needs_its_macs_to_fall_at_every_step_and_its_ac
     assert ignored.parts[1][1] == HOLDS, "accuracy alone would have passed"
 
 
+def test_each_learners_exits_are_shown_beside_the_static_nets_once_per_run():
+    static, critic = Series("static nets", "static"), Series("optimistic critic", "optimistic-critic")
+    dynamic = Series("actor, dynamic k_cpt", "actor", dynamic=True)
+
+    def run_point(series, seed, k_cpt, heads, arch="chain"):
+        heads_alone = {f"exit{n}": {"accuracy": a} for n, a in enumerate(heads, 1)}
+        return Point(series, seed, k_cpt, 0.9, 5e6, {"arch": arch, "history": []}, {"heads_alone": heads_alone})
+
+    points = [point(static, seed, None, accuracy, 1e6 * n, f"static-{n}") for seed in (0, 1)
+              for n, accuracy in ((1, 0.90), (2, 0.94))]
+    points += [run_point(critic, 0, 4e-9, (0.60, 0.90)), run_point(critic, 1, 4e-9, (0.70, 0.92))]
+    # a dynamic-k_cpt net evaluated at two k_cpts is one run with one set of heads
+    points += [run_point(dynamic, 0, k, (0.80, 0.93)) for k in (0.0, 4e-9)]
+    points += [run_point(critic, 0, 1.6e-8, (0.1, 0.1), arch="tree")]  # a tree's leaves are left out
+    table = reproduce.exits_table(Results(points, []))
+    assert table[0] == "| series | folder | point | exit1 | exit2 |"
+    assert table[2:] == ["| optimistic critic | hybrid-w1 | k_cpt 4e-09 | 65.0 | 91.0 |",
+                         "| actor, dynamic k_cpt | hybrid-w1 | dynamic | 80.0 | 93.0 |",
+                         "| static nets (static-1 … static-2) | hybrid-w1 | — | 90.0 | 94.0 |"]
+    assert reproduce.exits_table(Results(points[:4], [])) == []
+
+
 def test_cifar2_claim_fails_when_no_actor_point_reaches_the_best_static_accuracy():
     static, actor = Series("static nets", "static", {"dataset": "cifar2"}), Series("actor, cifar2", "actor", {"dataset": "cifar2"})
     points = [p for seed in (0, 1) for p in (point(static, seed, None, 0.93, 5e6, "static-2"),

@@ -750,6 +750,40 @@ def numbers_table(results: Results) -> list[str]:
     return lines
 
 
+def exits_table(results: Results) -> list[str]:
+    """Each learner's own exits, every one used for every test image (``heads_alone``), mean
+    over seeds, beside the static net of as many columns. The paper's learners train a head on
+    the images routed to it, so a head the routing specialised (sent only photos, say) or
+    starved (sent nothing) reads far under the static net: with the routing, this says what
+    each exit learned from. Learners on the chain only (a tree's leaves do not line up with
+    the static nets)."""
+    static: dict[tuple[str, str], list[float]] = {}
+    for p in results.points:
+        if p.series.agent == "static":
+            static.setdefault((p.series.base, p.run["arch"]), []).append(100 * p.accuracy)
+    groups: dict[tuple, dict[int, dict]] = {}  # one run's heads once, a dynamic net's from its first evaluation
+    for p in results.points:
+        heads = p.evaluation.get("heads_alone")
+        if p.series.agent != "static" and p.run["arch"] == "chain" and heads:
+            key = (p.series.label, p.series.base, "dynamic" if p.series.dynamic else p.k_cpt)
+            groups.setdefault(key, {}).setdefault(p.seed, heads)
+    if not groups:
+        return []
+    exits = list(next(iter(next(iter(groups.values())).values())))
+    lines = ["| series | folder | point | " + " | ".join(exits) + " |", "|---|---|---|" + "---|" * len(exits)]
+    for (label, base, key), by_seed in groups.items():
+        runs = list(by_seed.values())
+        point = key if isinstance(key, str) else f"k_cpt {key:g}"
+        cells = [f"{statistics.fmean(100 * r[e]['accuracy'] for r in runs):.1f}" if all(e in r for r in runs) else "—"
+                 for e in exits]
+        lines.append(f"| {label} | {base} | {point} | " + " | ".join(cells) + " |")
+    for base in dict.fromkeys(b for _, b, _ in groups):
+        cells = [f"{statistics.fmean(static[(base, f'static-{n}')]):.1f}" if (base, f"static-{n}") in static else "—"
+                 for n in range(1, len(exits) + 1)]
+        lines.append(f"| static nets (static-1 … static-{len(exits)}) | {base} | — | " + " | ".join(cells) + " |")
+    return lines
+
+
 def draw(figure: Figure, results: Results, planned: list[tuple[Series, TrainConfig]], out: Path) -> list[Path]:
     """The figure's PNGs: per dataset and width its accuracy/MACs plot (seed means, one series
     per learner and setting, the static nets as the baseline), and per run folder the
@@ -799,8 +833,14 @@ def figure_section(figure: Figure, results: Results, written: Sequence[Path], re
         for name, values in outcome.numbers.items():
             lines.append(f"- {name}: {mean_std(values)} (per seed: {', '.join(f'{v:+.2f}' for v in values) or 'none'})")
         lines.append("")
-    lines += ["Measured points (test split; mean ± std over seeds):", "", *numbers_table(results), "",
-              f"Budget: {budget['runs']} runs, {budget['finished']} finished, {budget['measured_hours']:.2f} training hours "
+    lines += ["Measured points (test split; mean ± std over seeds):", "", *numbers_table(results), ""]
+    exits = exits_table(results)
+    if exits:
+        lines += ["Each learner's exits, each used for every test image (%, mean over seeds), beside the static "
+                  "nets: a head learns from the images routed to it, so one the routing specialised or starved reads "
+                  "under the static net of as many columns (a dynamic-k_cpt net has one set of heads for every k_cpt):",
+                  "", *exits, ""]
+    lines += [f"Budget: {budget['runs']} runs, {budget['finished']} finished, {budget['measured_hours']:.2f} training hours "
               f"measured; {budget['cpu_hours']:.1f} CPU-hours estimated.", ""]
     return lines
 
