@@ -96,14 +96,17 @@ def test_claim_one_has_a_verdict_per_learner_and_the_papers_words():
     static = Series("static nets", "static")
     learners = [Series(label, agent) for label, agent in
                 (("actor", "actor"), ("pragmatic critic", "pragmatic-critic"), ("optimistic critic", "optimistic-critic"))]
+    learners.append(Series("optimistic critic, every head on every image", "optimistic-critic", {"head_weight": 1.0}))
     points = [point(static, seed, None, 0.90, 5e6, "static-2") for seed in (0, 1, 2)]
     points += [point(s, seed, 4e-9, 0.92 + (i == 2) * -0.05 + seed / 1000, 5e6) for i, s in enumerate(learners)
                for seed in (0, 1, 2)]
     claim = reproduce.figures()["hybrid"].claims[0]
     outcome = claim.measure(Results(points, []))
     assert outcome.verdict == FAILS
-    assert [(name, part) for name, part, _ in outcome.parts] == [("actor", HOLDS), ("pragmatic critic", HOLDS),
-                                                                  ("optimistic critic", FAILS)]
+    assert [(name, part) for name, part, _ in outcome.parts] == [
+        ("actor", HOLDS), ("pragmatic critic", HOLDS), ("optimistic critic", FAILS),
+        ("optimistic critic, every head on every image", HOLDS)]
+    assert learners[3].folder == "hybrid-w1-headweight1.0", "its own runs, not the paper's critic's"
     assert claim.paper.startswith("“For a given computational budget") and "Sec. 5.1" in claim.paper
     assert all(c.paper for f in reproduce.figures().values() for c in f.claims)
 
@@ -224,22 +227,26 @@ def test_figures_share_their_runs_and_a_dry_run_trains_nothing(tmp_path, capsys)
     assert reproduce.main(["--dry-run", "--figure", "all", "--seeds", "0", "--logdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ")]
-    # hybrid: 8 static nets at lr 0.1 and 0.02 each, 3 learners at 4 k_cpt, one dynamic-k_cpt actor
-    assert sum(1 for line in out.split("regularization:")[0].splitlines() if line.startswith("  ")) == 2 * 8 + 12 + 1
+    # hybrid: 8 static nets at lr 0.1 and 0.02 each, 4 learners at 4 k_cpt, one dynamic-k_cpt actor
+    assert sum(1 for line in out.split("regularization:")[0].splitlines() if line.startswith("  ")) == 2 * 8 + 16 + 1
     assert "hybrid-w1-lr0.02/static-static-8-k4e-09-s0" in listed and "learning-rate trials" not in out
     assert "hybrid-w1-talroff/actor-chain-k0-s0" in listed and "cifar10-w3/actor-chain-k7.11111e-09-s0" in listed
     assert "hybrid-w1-cmodroutingon/actor-chain-k0-s0" in listed
-    # hybrid 29 + k_dec 4 + d̂ 4 + TALR 8 + tree 4 + CIFAR 3x(16 + 4) + widths 2x(16 + 4)
-    assert "| all (shared runs once) | 149 | 0 |" in out
+    # hybrid 33 + k_dec 4 + d̂ 4 + TALR 8 + tree 4 + CIFAR 3x(16 + 4) + widths 2x(16 + 4)
+    assert "| all (shared runs once) | 153 | 0 |" in out
     assert not any(tmp_path.iterdir())
 
 
 def test_the_papers_critics_learn_heads_by_their_routed_share_at_lr_0_1(tmp_path):
     planned = reproduce.plan_runs([reproduce.figures()["hybrid"]], "smoke", [0], [4e-9], [], {}, tmp_path, {})
-    critics = [config for _, config in planned["hybrid"] if config.agent.endswith("critic")]
+    critics = [config for series, config in planned["hybrid"] if config.agent.endswith("critic")
+               and "every head" not in series.label]
     assert critics and all((c.options.head_weight, c.options.lr) == (0.0, 0.1) for c in critics)
     assert {(c.options.utility_error, c.options.router_lr_scale) for c in critics} == {("cross_entropy", 1.0)}, \
         "the paper's critics value exits in nats, their routers at the columns' rate"
+    ours = [config for series, config in planned["hybrid"] if "every head" in series.label]
+    assert ours and {(c.options.head_weight, c.options.lr, c.options.utility_error, c.options.router_lr_scale)
+                     for c in ours} == {(1.0, 0.02, "zero_one", 100.0)}, "the package's critic, beside the paper's"
 
 
 def test_bad_flags_are_one_line_with_status_2(tmp_path, capsys):
