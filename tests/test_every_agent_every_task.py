@@ -20,7 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch import nn
 
 from routing_rl.app.cli import main
-from routing_rl.app.runs import load_run
+from routing_rl.app.runs import TRAIN_FIT_FIELD, load_run, logged_train_accuracy
 from routing_rl.core.graph import Node, RoutedNet
 from routing_rl.data import RoutingDataset, Split
 from routing_rl.envs import RoutingTask, register_task
@@ -200,6 +200,9 @@ def test_every_agent_trains_and_is_evaluated_on_every_task(task, agent, tiny_dat
     logged = tags(logdir / "run")
     assert {"charts/val_accuracy", "figures/node_link"} <= logged and any(t.startswith("routing/val_fraction/") for t in logged)
     assert printed["test_accuracy"] == metrics["test_accuracy"] and 0 <= metrics["test_accuracy"] <= 1
+    # the record keeps the training-batch fit its events hold, for reports written from records alone
+    assert (metrics[TRAIN_FIT_FIELD] is None) == ("charts/train_accuracy" not in logged)
+    assert metrics[TRAIN_FIT_FIELD] == logged_train_accuracy(logdir / "run")
     result = metrics["test"][0]
     assert sum(leaf["fraction"] for leaf in result["leaves"].values()) == pytest.approx(1.0)
     config, loaded_task, net = load_run(logdir / "run")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
+from routing_rl.app.runs import TRAIN_FIT_FIELD
 from routing_rl.app.schedule_check import StaticRun, late_rise, schedule_evidence, train_accuracy, validation_curve
 
 
@@ -33,8 +34,16 @@ def test_the_rise_is_over_the_last_quarter_of_the_runs_own_evaluations():
 
 
 def test_the_training_fit_is_the_last_tenth_of_the_logged_steps(tmp_path):
-    assert train_accuracy(tmp_path / "missing") is None
-    assert train_accuracy(static_run(tmp_path, 3, 0, {}, 0.97).run_dir) == pytest.approx(0.97)
+    assert train_accuracy({}, tmp_path / "missing") is None
+    run = static_run(tmp_path, 3, 0, {}, 0.97)
+    assert train_accuracy(run.run, run.run_dir) == pytest.approx(0.97)
+
+
+def test_a_recorded_training_fit_is_read_without_the_events(tmp_path):
+    run = static_run(tmp_path, 3, 0, {}, 0.97)
+    assert train_accuracy({**run.run, TRAIN_FIT_FIELD: 0.5}, run.run_dir) == 0.5  # the record, not the events
+    assert train_accuracy({TRAIN_FIT_FIELD: 0.5}, None) == 0.5  # a committed record: no events at all
+    assert train_accuracy({TRAIN_FIT_FIELD: None}, run.run_dir) == pytest.approx(0.97)
 
 
 def test_a_schedule_is_trained_when_no_net_still_learns_and_deep_nets_fit(tmp_path):

@@ -334,7 +334,7 @@ def figures(k_cpts: Sequence[float] = K_CPTS, widths: Sequence[int] = (1, 2, 3))
             shallow, deep = best(seed, range(1, 7)), best(seed, (7, 8))
             if shallow is None or deep is None:
                 return None, None
-            fits = [train_accuracy(p.run_dir) for p in (deep, shallow)]
+            fits = [train_accuracy(p.run, p.run_dir) for p in (deep, shallow)]
             return 100 * (shallow.accuracy - deep.accuracy), None if None in fits else 100 * (fits[0] - fits[1])
         measured = {seed: gaps(seed) for seed in results.seeds()}  # reads each run's events once
         test = per_seed(results, lambda seed: measured[seed][0])

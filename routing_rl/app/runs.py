@@ -32,6 +32,7 @@ import errno
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from datetime import datetime
@@ -64,6 +65,11 @@ from routing_rl.training.splits import RunError, training_splits
 CONFIG_FILE = "config.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.json"
+TRAIN_FIT_FIELD = "train_accuracy_last_tenth"
+"""metrics.json's training-batch accuracy (0..1) over the last tenth of the logged steps
+(:func:`logged_train_accuracy`; null where the learner logs none): how well the net fits what
+it trains on, which whether a deep net over-fits needs, kept beside the test numbers because
+run records travel without their events."""
 LOCK_FILE = "run.lock"
 """Held by the process writing the run; not a result (see :func:`has_results`)."""
 RUN_FILES = (CONFIG_FILE, COST_FILE, CHECKPOINT_FILE, METRICS_FILE, "events.out.tfevents.*")
@@ -394,6 +400,26 @@ def train(
             distributed.stop()
 
 
+def logged_train_accuracy(run_dir: Path | None, tail: float = 0.1) -> float | None:
+    """The run's training-batch accuracy (0..1) averaged over the last ``tail`` of its logged
+    steps (``charts/train_accuracy`` in its TensorBoard events; a step logged again after a
+    resume counts once, as last written); None where it was not logged. "Last written" is read
+    from each event's wall time, not the files' names, which do not order two files opened in
+    the same second."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    by_step: dict[int, tuple[float, float]] = {}
+    for events in run_dir.glob("events.out.tfevents.*") if run_dir else ():
+        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        if "charts/train_accuracy" in accumulator.Tags()["scalars"]:
+            for e in accumulator.Scalars("charts/train_accuracy"):
+                if e.step not in by_step or e.wall_time >= by_step[e.step][0]:
+                    by_step[e.step] = (e.wall_time, e.value)
+    values = [by_step[step][1] for step in sorted(by_step)]
+    return statistics.fmean(values[-max(1, round(tail * len(values))):]) if values else None
+
+
 def final_validation_accuracy(metrics: dict) -> float | None:
     """A run's accuracy at its last validation (``metrics.json``'s history; None without one)."""
     history = metrics.get("history") or []
@@ -537,6 +563,7 @@ def _train(config: TrainConfig, run_dir: Path, device: torch.device, resume: Pat
         "sources": list(task.sources),
         "structure": summary(net),
         "history": history,
+        TRAIN_FIT_FIELD: logged_train_accuracy(run_dir),
         "config": json.loads(config.to_json()),
     }
     if distributed is None or distributed.is_main:

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from routing_rl.app.runs import TRAIN_FIT_FIELD, logged_train_accuracy
+
 RISE_LIMIT = 1.0
 """Accuracy points a trained net's validation accuracy may still gain over the last quarter."""
 LAST_QUARTER = 0.75
@@ -56,24 +58,13 @@ def late_rise(run: dict) -> float | None:
     return last - earlier[-1] if earlier else None
 
 
-def train_accuracy(run_dir: Path | None, tail: float = 0.1) -> float | None:
-    """The run's training-batch accuracy (0..1) averaged over the last ``tail`` of its logged
-    steps (``charts/train_accuracy`` in its TensorBoard events; a step logged again after a
-    resume counts once, as last written); None where it was not logged. "Last written" is read
-    from each event's wall time, not the files' names, which do not order two files opened in
-    the same second."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    by_step: dict[int, tuple[float, float]] = {}
-    for events in run_dir.glob("events.out.tfevents.*") if run_dir else ():
-        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        accumulator.Reload()
-        if "charts/train_accuracy" in accumulator.Tags()["scalars"]:
-            for e in accumulator.Scalars("charts/train_accuracy"):
-                if e.step not in by_step or e.wall_time >= by_step[e.step][0]:
-                    by_step[e.step] = (e.wall_time, e.value)
-    values = [by_step[step][1] for step in sorted(by_step)]
-    return statistics.fmean(values[-max(1, round(tail * len(values))):]) if values else None
+def train_accuracy(run: dict, run_dir: Path | None) -> float | None:
+    """The run's training-batch accuracy (0..1) over the last tenth of its logged steps: what
+    its ``metrics.json`` records (:data:`~routing_rl.app.runs.TRAIN_FIT_FIELD`), read from its
+    TensorBoard events where the record lacks it; None where neither has it. The record is what
+    lets a report be written again from committed run records, which keep no events."""
+    recorded = run.get(TRAIN_FIT_FIELD)
+    return recorded if isinstance(recorded, (int, float)) else logged_train_accuracy(run_dir)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -104,7 +95,7 @@ def schedule_evidence(runs: Sequence[StaticRun]) -> tuple[bool | None, list[str]
         shared = [i for i in iterations if all(i in dict(c) for c in curves)]
         curve = ", ".join(f"{i:,}: {statistics.fmean(dict(c)[i] for c in curves):.1f}" for i in shared)
         rises[arch] = _mean([late_rise(r.run) for r in group])
-        fit = _mean([train_accuracy(r.run_dir) for r in group])
+        fit = _mean([train_accuracy(r.run, r.run_dir) for r in group])
         fits[arch] = None if fit is None else 100 * fit
         test = _mean([100 * r.run["test_accuracy"] for r in group if r.run.get("test_accuracy") is not None])
         lrs = ", ".join(format(r.run["config"]["lr"], "g") if "config" in r.run else "—" for r in group)
