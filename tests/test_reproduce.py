@@ -142,11 +142,16 @@ def test_each_learners_exits_are_shown_beside_the_static_nets_once_per_run():
     # a dynamic-k_cpt net evaluated at two k_cpts is one run with one set of heads
     points += [run_point(dynamic, 0, k, (0.80, 0.93)) for k in (0.0, 4e-9)]
     points += [run_point(critic, 0, 1.6e-8, (0.1, 0.1), arch="tree")]  # a tree's leaves are left out
+    # a series with its own settings names its own folder, and is judged against its base's static nets
+    every_head = Series("optimistic critic, every head", "optimistic-critic", {"head_weight": 1.0})
+    points += [run_point(every_head, 0, 4e-9, (0.88, 0.95))]
     table = reproduce.exits_table(Results(points, []))
     assert table[0] == "| series | folder | point | exit1 | exit2 |"
     assert table[2:] == ["| optimistic critic | hybrid-w1 | k_cpt 4e-09 | 65.0 | 91.0 |",
                          "| actor, dynamic k_cpt | hybrid-w1 | dynamic | 80.0 | 93.0 |",
+                         f"| optimistic critic, every head | {every_head.folder} | k_cpt 4e-09 | 88.0 | 95.0 |",
                          "| static nets (static-1 … static-2) | hybrid-w1 | — | 90.0 | 94.0 |"]
+    assert every_head.folder != "hybrid-w1"
     assert reproduce.exits_table(Results(points[:4], [])) == []
 
 

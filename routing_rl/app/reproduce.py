@@ -769,19 +769,19 @@ def exits_table(results: Results) -> list[str]:
     for p in results.points:
         heads = p.evaluation.get("heads_alone")
         if p.series.agent != "static" and p.run["arch"] == "chain" and heads:
-            key = (p.series.label, p.series.base, "dynamic" if p.series.dynamic else p.k_cpt)
+            key = (p.series.label, p.series.folder, p.series.base, "dynamic" if p.series.dynamic else p.k_cpt)
             groups.setdefault(key, {}).setdefault(p.seed, heads)
     if not groups:
         return []
     exits = list(next(iter(next(iter(groups.values())).values())))
     lines = ["| series | folder | point | " + " | ".join(exits) + " |", "|---|---|---|" + "---|" * len(exits)]
-    for (label, base, key), by_seed in groups.items():
+    for (label, folder, _, key), by_seed in groups.items():
         runs = list(by_seed.values())
         point = key if isinstance(key, str) else f"k_cpt {key:g}"
         cells = [f"{statistics.fmean(100 * r[e]['accuracy'] for r in runs):.1f}" if all(e in r for r in runs) else "—"
                  for e in exits]
-        lines.append(f"| {label} | {base} | {point} | " + " | ".join(cells) + " |")
-    for base in dict.fromkeys(b for _, b, _ in groups):
+        lines.append(f"| {label} | {folder} | {point} | " + " | ".join(cells) + " |")
+    for base in dict.fromkeys(b for _, _, b, _ in groups):
         cells = [f"{statistics.fmean(static[(base, f'static-{n}')]):.1f}" if (base, f"static-{n}") in static else "—"
                  for n in range(1, len(exits) + 1)]
         lines.append(f"| static nets (static-1 … static-{len(exits)}) | {base} | — | " + " | ".join(cells) + " |")
@@ -835,7 +835,8 @@ def figure_section(figure: Figure, results: Results, written: Sequence[Path], re
         verdicts.append(f"| {figure.name} | {re.sub(r' [(]here:[^)]*[)]', '', claim.statement)} | "
                         f"**{outcome.verdict}** | {by_part} |")
         for name, values in outcome.numbers.items():
-            lines.append(f"- {name}: {mean_std(values)} (per seed: {', '.join(f'{v:+.2f}' for v in values) or 'none'})")
+            spread = " (mean ± std)" if len(values) > 1 else ""
+            lines.append(f"- {name}: {mean_std(values)}{spread}; per seed: {', '.join(f'{v:+.2f}' for v in values) or 'none'}")
         lines.append("")
     lines += ["Measured points (test split; mean ± std over seeds):", "", *numbers_table(results), ""]
     exits = exits_table(results)
