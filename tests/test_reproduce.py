@@ -155,6 +155,37 @@ def test_each_learners_exits_are_shown_beside_the_static_nets_once_per_run():
     assert reproduce.exits_table(Results(points[:4], [])) == []
 
 
+def test_a_point_under_the_frontier_splits_into_routing_head_and_static_net_parts():
+    static, critic = Series("static nets", "static"), Series("optimistic critic", "optimistic-critic")
+    actor = Series("actor", "actor")
+
+    def routed(series, seed, accuracy, macs, fractions, heads):
+        leaves = {f"exit{n}": {"fraction": f} for n, f in enumerate(fractions, 1)}
+        heads_alone = {f"exit{n}": {"accuracy": a} for n, a in enumerate(heads, 1)}
+        return Point(series, seed, 6.4e-8, accuracy, macs, {"arch": "chain", "history": []},
+                     {"leaves": leaves, "heads_alone": heads_alone})
+
+    points = [point(static, seed, None, accuracy, macs, f"static-{n}") for seed in (0, 1)
+              for n, accuracy, macs in ((1, 0.91, 1e6), (2, 0.94, 5e6))]
+    # most images at exit 1, whose head reads under static-1: the head is the shortfall, not the routing
+    points += [routed(critic, 0, 0.89, 2e6, (0.9, 0.1), (0.885, 0.93)), routed(critic, 1, 0.90, 1.5e6, (1.0, 0.0), (0.90, 0.93))]
+    # above the frontier on the mean: no rows
+    points += [routed(actor, 0, 0.93, 1.2e6, (1.0, 0.0), (0.93, 0.9)), routed(actor, 1, 0.90, 1.2e6, (1.0, 0.0), (0.90, 0.9))]
+    # exit 2 taken by most, with the routed MACs under static-2's: that net lies over the frontier there
+    late = Series("pragmatic critic", "pragmatic-critic")
+    points += [routed(late, 0, 0.92, 4e6, (0.3, 0.7), (0.9, 0.93)), routed(late, 1, 0.89, 4e6, (0.3, 0.7), (0.9, 0.93))]
+    table = reproduce.shortfall_table(Results(points, []))
+    assert table[2:] == [
+        "| optimistic critic | hybrid-w1 | k_cpt 6.4e-08 | 0 | -2.00 | exit1 (90%) | +0.50 | -2.50 | +0.00 |",
+        "| optimistic critic | hybrid-w1 | k_cpt 6.4e-08 | 1 | -1.00 | exit1 (100%) | +0.00 | -1.00 | +0.00 |",
+        "| pragmatic critic | hybrid-w1 | k_cpt 6.4e-08 | 0 | +1.00 | exit2 (70%) | -1.00 | -1.00 | +3.00 |",
+        "| pragmatic critic | hybrid-w1 | k_cpt 6.4e-08 | 1 | -2.00 | exit2 (70%) | -4.00 | -1.00 | +3.00 |"]
+    for row in table[2:]:  # the three parts sum to the margin
+        margin, _, *parts = row.strip("|").split("|")[4:]
+        assert sum(float(v) for v in parts) == pytest.approx(float(margin), abs=0.011)
+    assert reproduce.shortfall_table(Results(points[:4] + points[6:8], [])) == []
+
+
 def test_cifar2_claim_fails_when_no_actor_point_reaches_the_best_static_accuracy():
     static, actor = Series("static nets", "static", {"dataset": "cifar2"}), Series("actor, cifar2", "actor", {"dataset": "cifar2"})
     points = [p for seed in (0, 1) for p in (point(static, seed, None, 0.93, 5e6, "static-2"),

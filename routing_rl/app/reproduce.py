@@ -227,12 +227,23 @@ class Results:
     def seeds(self) -> list[int]:
         return sorted({p.seed for p in self.points})
 
-    def frontier_margin(self, point: Point) -> float | None:
-        """Accuracy points above the static frontier of the point's dataset, width and seed: the
-        best static accuracy at no more MACs (None left of the cheapest static net)."""
-        static = [p for p in self.points if p.series.agent == "static" and p.series.base == point.series.base
+    def static_net(self, point: Point, arch: str) -> Point | None:
+        """The static net ``arch`` (``static-3``) of the point's dataset, width and seed."""
+        found = [p for p in self.points if p.series.agent == "static" and p.series.base == point.series.base
+                 and p.seed == point.seed and p.run["arch"] == arch]
+        return found[0] if found else None
+
+    def frontier_at(self, point: Point) -> float | None:
+        """The static frontier of the point's dataset, width and seed at its MACs: the best static
+        accuracy (0..1) at no more MACs (None left of the cheapest static net)."""
+        static = [p.accuracy for p in self.points if p.series.agent == "static" and p.series.base == point.series.base
                   and p.seed == point.seed and p.mean_macs <= point.mean_macs]
-        return 100 * (point.accuracy - max(p.accuracy for p in static)) if static else None
+        return max(static) if static else None
+
+    def frontier_margin(self, point: Point) -> float | None:
+        """Accuracy points above the static frontier at the point's MACs (:meth:`frontier_at`)."""
+        frontier = self.frontier_at(point)
+        return None if frontier is None else 100 * (point.accuracy - frontier)
 
     def mean_margin(self, series: Series, seed: int, k_cpts: Sequence[float] | None = None) -> float | None:
         """The series' mean margin over the static frontier at ``k_cpts`` (default: all)."""
@@ -788,6 +799,40 @@ def exits_table(results: Results) -> list[str]:
     return lines
 
 
+def shortfall_table(results: Results) -> list[str]:
+    """Why a chain learner's point lies under the static frontier, per seed, for each point under
+    it on the mean over seeds. The margin splits exactly into three parts: what the routing adds
+    over the exit it sends most images to (that exit used for every image, ``heads_alone``),
+    what that exit lacks against the static net of as many columns, and how far that static
+    net lies under the frontier at the routed MACs. A routing fault shows in the first part; a
+    head the training left weaker than a net of its own (its columns shared with deeper heads,
+    or starved by the routing) in the second."""
+    groups: dict[tuple, list[Point]] = {}
+    for p in results.points:
+        if p.series.agent != "static" and p.run["arch"] == "chain" and p.evaluation.get("leaves"):
+            groups.setdefault((p.series.label, p.series.folder, p.k_cpt), []).append(p)
+    rows = []
+    for (label, folder, k_cpt), group in groups.items():
+        margins = [results.frontier_margin(p) for p in group]
+        if None in margins or statistics.fmean(margins) >= 0:
+            continue
+        for p, margin in sorted(zip(group, margins), key=lambda pm: pm[0].seed):
+            main, leaf = max(p.evaluation["leaves"].items(), key=lambda item: item[1]["fraction"])
+            alone = p.evaluation.get("heads_alone", {}).get(main, {}).get("accuracy")
+            static = results.static_net(p, f"static-{main.removeprefix('exit')}")
+            if alone is None or static is None:
+                continue
+            routing, head, net = (100 * (p.accuracy - alone), 100 * (alone - static.accuracy),
+                                  100 * (static.accuracy - results.frontier_at(p)))
+            rows.append(f"| {label} | {folder} | k_cpt {k_cpt:g} | {p.seed} | {margin:+.2f} | "
+                        f"{main} ({100 * leaf['fraction']:.0f}%) | {routing:+.2f} | {head:+.2f} | {net:+.2f} |")
+    if not rows:
+        return []
+    return ["| series | folder | point | seed | vs static frontier (pts) | exit most images take | routing over that "
+            "exit alone | that exit alone − static net of as many columns | that static net − frontier |",
+            "|---|---|---|---|---|---|---|---|---|", *rows]
+
+
 def draw(figure: Figure, results: Results, planned: list[tuple[Series, TrainConfig]], out: Path) -> list[Path]:
     """The figure's PNGs: per dataset and width its accuracy/MACs plot (seed means, one series
     per learner and setting, the static nets as the baseline), and per run folder the
@@ -839,12 +884,17 @@ def figure_section(figure: Figure, results: Results, written: Sequence[Path], re
             lines.append(f"- {name}: {mean_std(values)}{spread}; per seed: {', '.join(f'{v:+.2f}' for v in values) or 'none'}")
         lines.append("")
     lines += ["Measured points (test split; mean ± std over seeds):", "", *numbers_table(results), ""]
-    exits = exits_table(results)
-    if exits:
-        lines += ["Each learner's exits, each used for every test image (%, mean over seeds), beside the static "
-                  "nets: a head learns from the images routed to it, so one the routing specialised or starved reads "
-                  "under the static net of as many columns (a dynamic-k_cpt net has one set of heads for every k_cpt):",
-                  "", *exits, ""]
+    tables = (("Each learner's exits, each used for every test image (%, mean over seeds), beside the static nets: a "
+               "head learns from the images routed to it, so one the routing specialised or starved reads under the "
+               "static net of as many columns (a dynamic-k_cpt net has one set of heads for every k_cpt):",
+               exits_table(results)),
+              ("Where a learner's mean lies under the static frontier, each seed's margin in three parts that sum to "
+               "it: what its routing adds over the exit most images take, what that exit lacks against a static net "
+               "of as many columns, and that static net against the frontier at the routed MACs:",
+               shortfall_table(results)))
+    for intro, table in tables:
+        if table:
+            lines += [intro, "", *table, ""]
     lines += [f"Budget: {budget['runs']} runs, {budget['finished']} finished, {budget['measured_hours']:.2f} training hours "
               f"measured; {budget['cpu_hours']:.1f} CPU-hours estimated.", ""]
     return lines
