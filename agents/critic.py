@@ -187,8 +187,6 @@ class CriticLearner(SGDLearner):
         self.same_error = self.utility_error == config.error_cost
         self.side_heads = options.side_heads
         self.priors = self.paths.leaves_below() if options.exploration == "leaf" else {}
-        # a head runs whenever its parent node does (side heads): its reach column
-        self.head_parent = {leaf: self.paths.node_index[net.parent[leaf]] for leaf in net.leaves}
         if options.score_start == "guess":
             for junction in net.junctions:
                 net.nodes[junction].router.start_at(-guess_cost(net.classes, self.utility_error))
@@ -260,10 +258,6 @@ class CriticLearner(SGDLearner):
             reach[index, self.paths.node_index[leaf]] = 1.0
         macs = routed.macs.to(self.dtype)
         # every head that ran learns from every example it ran on (the path's leaf alone without side heads)
-        if self.config.options.unbiased_heads:
-            inverse = self.inverse_reach(routed, iteration, size)
-            head_losses = {leaf: loss * inverse[routed.heads[leaf][0], self.head_parent[leaf]]
-                           for leaf, loss in head_losses.items()}
         c_err = torch.stack([loss.sum() for loss in head_losses.values()]).sum() / size
         usage = self.batch_mean(reach)
         return {
@@ -277,20 +271,6 @@ class CriticLearner(SGDLearner):
             "accuracy": (routed.pred == labels).float().mean(),
             "mean_macs": macs.mean(),
         }
-
-    def inverse_reach(self, routed: RoutedOutput, iteration: int, size: int) -> torch.Tensor:
-        """``(B, N)``: one over the training policy's probability that each example reaches each
-        node, capped at the number of leaves (uniform leaf exploration's rarest exit). Read only
-        on the nodes an example's path reached, whose junctions it visited; an unvisited junction
-        counts as probability 1."""
-        probabilities = {}
-        for j in self.net.junctions:
-            p = torch.ones(size, len(self.net.nodes[j].sinks), dtype=self.dtype, device=self.device)
-            if j in routed.scores:
-                p[routed.visits[j]] = self.policy.probabilities(routed.scores[j].detach(), iteration,
-                                                                self.priors.get(j)).to(self.dtype)
-            probabilities[j] = p
-        return self.paths.reach(probabilities).reciprocal().clamp(max=float(len(self.net.leaves)))
 
     def before_evaluation(self, train: Split, iteration: int) -> None:
         """Sampled execution: batch-norm statistics recomputed on :data:`CALIBRATION_IMAGES`
@@ -343,11 +323,7 @@ class CriticOptions(RouterOptions):
     ``exploration``: where the training policy's exploring decisions go: a uniformly random
     sink (the paper's), or ``leaf``: a sink in proportion to the leaves below it, so that full
     exploration reaches every exit equally often (column k of an L-exit chain sees
-    (L − k + 1)/L of the batch, not 2^−(k−1)); greedy does not explore. ``unbiased_heads``: sampled
-    with side heads, each head's loss divided by the training policy's probability that its
-    input was computed (capped at the number of leaves), so that in expectation every head
-    learns on every image, as c_heads trains them on the full tree, where a sampled column
-    otherwise learns from the heads its images' paths happened to reach."""
+    (L − k + 1)/L of the batch, not 2^−(k−1)); greedy does not explore."""
 
     execution: str = "full"
     head_weight: float | None = None
@@ -360,7 +336,6 @@ class CriticOptions(RouterOptions):
     score_start: str = "zero"
     side_heads: bool = True
     exploration: str = "sink"
-    unbiased_heads: bool = False
 
     def __post_init__(self) -> None:
         for name, value, choices in (("execution", self.execution, EXECUTIONS), ("score_start", self.score_start, SCORE_STARTS),
@@ -373,9 +348,6 @@ class CriticOptions(RouterOptions):
         elif self.head_weight and self.execution != "full":
             raise ValueError(f"--head-weight trains every head on every image of the full tree; a critic with "
                              f"--execution {self.execution} does not read it: drop it, or use --execution full")
-        if self.unbiased_heads and (self.execution != "sampled" or not self.side_heads):
-            raise ValueError("--unbiased-heads weighs the side heads of sampled paths; use it with --execution sampled "
-                             "and --side-heads true, or drop it")
         every_head = bool(self.head_weight)
         if self.utility_error is None:
             self.utility_error = "zero_one" if every_head else "cross_entropy"

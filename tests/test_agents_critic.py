@@ -222,36 +222,6 @@ def test_sampled_mode_computes_only_the_sampled_path(side_heads):
     assert stats["charts/epsilon"] == 1.0
 
 
-def test_unbiased_heads_weigh_each_head_by_one_over_the_chance_its_input_ran():
-    torch.manual_seed(0)
-    net = chain(classes=3)
-    x, labels = torch.rand(64, 3, 32, 32), torch.randint(0, 3, (64,))
-    batch = Split(x, labels, torch.zeros(64, dtype=torch.long))
-    learners = {}
-    for unbiased in (False, True):
-        config = make_config("smoke", agent="critic", policy="eps-greedy", execution="sampled", epsilon=1.0,
-                             exploration="leaf", unbiased_heads=unbiased, seed=3)
-        learners[unbiased] = CriticLearner(net, config, CPU)
-    learner = learners[True]
-    routed = route(net, x, lambda at: torch.zeros(len(at.index), dtype=torch.long), side_heads=True)  # all exit 1
-    routed.scores = {j: torch.zeros(64, 2) for j in net.junctions}  # as if every junction were visited, scores tied
-    routed.visits = {j: torch.arange(64) for j in net.junctions}
-    inverse = learner.inverse_reach(routed, 0, 64)
-    # leaf exploration at ε 1: column k is reached by (9 - k)/8 of the images, exit 8's input with exit 7's
-    for k in range(1, 9):
-        assert inverse[:, learner.head_parent[f"exit{k}"]] == pytest.approx(torch.full((64,), 8 / (9 - k)), rel=1e-4)
-    greedy = make_config("smoke", agent="critic", policy="eps-greedy", execution="sampled", epsilon=0.0,
-                         unbiased_heads=True)
-    rare = CriticLearner(net, greedy, CPU).inverse_reach(routed, 0, 64)
-    assert rare.max() == 8.0, "a path the policy almost never takes is capped at the number of leaves"
-    # the same sampled paths, heads weighed up: the loss grows by the inverse reach of each head that ran
-    terms = {u: l.losses(batch, 0) for u, l in learners.items()}
-    assert torch.equal(terms[True]["reach"], terms[False]["reach"])
-    assert terms[True]["c_err"] > terms[False]["c_err"]
-    with pytest.raises(ValueError, match="--unbiased-heads .* --execution sampled"):
-        make_config("smoke", agent="critic", policy="eps-greedy", unbiased_heads=True)
-
-
 @pytest.mark.parametrize("policy", ["softmax", "eps-greedy"])
 def test_critic_learns_to_take_the_cheap_exit_when_computation_is_expensive(policy):
     torch.manual_seed(0)

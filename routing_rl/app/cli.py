@@ -90,9 +90,6 @@ HELP = {
                        "its sinks, the signal the confidence threshold routes on; costs the heads' MACs at every junction",
     "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is "
                   "computed); dqn: also replay those exits, with the rewards they would have earned",
-    "unbiased_heads": "sampled critics with side heads: each head's loss over the training policy's probability "
-                      "that its input was computed (at most the number of leaves), so that in expectation every head "
-                      "learns on every image as on the full tree",
     "exploration": "critics: where the training policy's exploring decisions go: sink (a uniformly random sink, the "
                    "paper's) or leaf (a sink in proportion to the leaves below it: full exploration reaches every exit "
                    "equally often, not half as often at each junction deeper)",
