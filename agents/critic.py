@@ -29,7 +29,11 @@ sampled pragmatic targets are exact wherever the path below a junction is the ar
 c_ure sums the squared errors of the observed sinks. Two defaults keep the deep columns from
 starving: **side heads** (``side_heads``: every exit head whose input the path computed runs
 and learns on it, and every junction on the path observes its exit's true cost) and **ε from
-1, annealed**, so every column trains before the critic commits. Before every evaluation the
+1, annealed**, so every column trains before the critic commits. A column still learns only
+from the examples whose paths reach it, and that share is what sets how good the deep exits
+get; ``exploration="deep"`` sends every explored path to a deepest exit, its side heads pricing
+each exit it passes, so that share is the explored fraction of the batch at every depth (on the
+tree, one path of 8 of its 47 column instances). Before every evaluation the
 batch-norm statistics are recomputed over :data:`CALIBRATION_IMAGES` training images routed
 by the training policy at its current ε or τ (:func:`~routing_rl.training.batchnorm.recalibrate`):
 in train mode each node normalised the small, shifting sub-batches that policy sent it, so its
@@ -186,7 +190,7 @@ class CriticLearner(SGDLearner):
         self.utility_error = options.utility_error
         self.same_error = self.utility_error == config.error_cost
         self.side_heads = options.side_heads
-        self.priors = self.paths.leaves_below() if options.exploration == "leaf" else {}
+        self.priors = {"sink": {}, "leaf": self.paths.leaves_below(), "deep": self.paths.continuing_sinks()}[options.exploration]
         if options.score_start == "guess":
             for junction in net.junctions:
                 net.nodes[junction].router.start_at(-guess_cost(net.classes, self.utility_error))
@@ -302,7 +306,7 @@ class CriticLearner(SGDLearner):
 
 
 SCORE_STARTS = ("guess", "zero")
-EXPLORATIONS = ("sink", "leaf")
+EXPLORATIONS = ("sink", "leaf", "deep")
 CRITIC_ROUTER_LR_SCALE = 100.0
 """The routers' learning rate over ``lr`` for critics that train every head on every image: a
 critic's router learns only from c_ure, whose weight k_ure (0.001) makes its steps 1,000 times
@@ -323,7 +327,11 @@ class CriticOptions(RouterOptions):
     ``exploration``: where the training policy's exploring decisions go: a uniformly random
     sink (the paper's), or ``leaf``: a sink in proportion to the leaves below it, so that full
     exploration reaches every exit equally often (column k of an L-exit chain sees
-    (L − k + 1)/L of the batch, not 2^−(k−1)); greedy does not explore."""
+    (L − k + 1)/L of the batch, not 2^−(k−1)); or ``deep``: only sinks that lead on to a column,
+    so an explored path runs to a deepest exit and its side heads price every exit it passes
+    (on the chain column k sees every explored example, as on the full tree; on the tree an
+    explored path computes 8 of the 47 column instances). Under the softmax, ``deep`` leaves the exits only
+    the floor's probability in training: the argmax exits at inference. Greedy does not explore."""
 
     execution: str = "full"
     head_weight: float | None = None
@@ -343,6 +351,9 @@ class CriticOptions(RouterOptions):
                                      ("utility_error", self.utility_error, (None, *ERROR_COSTS))):
             if value not in choices:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(c for c in choices if c)}")
+        if self.exploration == "deep" and not self.side_heads:
+            raise ValueError("--exploration deep never explores an exit, so it prices the exits its paths pass only "
+                             "through side heads: drop --side-heads false, or use --exploration leaf")
         if self.head_weight is None:
             self.head_weight = 1.0 if self.execution == "full" else 0.0
         elif self.head_weight and self.execution != "full":

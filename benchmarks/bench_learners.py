@@ -16,6 +16,11 @@
   same on the 8-column chain (static-8's columns), the sampled critic exploring every decision
   in proportion to the leaves below it, as it trains best (:data:`SAMPLED_LEAF`): what
   sampling saves on a net the size of the paper's.
+* ``tree_deep_vs_full_step_ratio``, ``tree_deep_vs_full_peak_memory_ratio`` and the chain's
+  ``chain_deep_vs_full_*`` — the sampled critic exploring every decision deep
+  (:data:`SAMPLED_DEEP`: every explored path runs to a deepest exit, so every column it reaches
+  learns from every example, as on the full tree) against the full tree: on the chain that path
+  is the whole net; on the tree it is 8 of the 47 column instances.
 * ``dqn_images_per_second`` and ``dqn_vs_static8_images_ratio`` — SB3's DQN on the chain
   through the env (:class:`~routing_rl.envs.RoutingSB3VecEnv`, 256 examples in flight, the
   default settings of :func:`~routing_rl.agents.sb3.sb3_kwargs`, learning from the first
@@ -246,11 +251,15 @@ def _ratio(times: dict[str, list[float]], numerator: str, denominator: str) -> f
 # decision explores (ε stays 1), in proportion to the leaves below each sink, so column k of
 # the chain runs on (9 − k)/8 of the batch, 4.5 of its 8 columns per image.
 SAMPLED_LEAF = dict(execution="sampled", exploration="leaf", epsilon_half_life=10**9)
+# Every decision explores, never into an exit: each example runs one path to a deepest exit.
+SAMPLED_DEEP = dict(execution="sampled", exploration="deep", epsilon_half_life=10**9)
 CRITIC_MODES = {
     "full": dict(agent="pragmatic-critic", arch="tree", execution="full"),
     "sampled": dict(agent="pragmatic-critic", arch="tree", execution="sampled"),
     "chain-full": dict(agent="pragmatic-critic", arch="chain", execution="full"),
     "chain-sampled": dict(agent="pragmatic-critic", arch="chain", **SAMPLED_LEAF),
+    "tree-deep": dict(agent="pragmatic-critic", arch="tree", **SAMPLED_DEEP),
+    "chain-deep": dict(agent="pragmatic-critic", arch="chain", **SAMPLED_DEEP),
 }
 
 
@@ -305,10 +314,11 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
             },
             device, repeats,
         )
-        tree = _alternating_step_seconds({mode: _learner(device, **CRITIC_MODES[mode]) for mode in ("full", "sampled")},
-                                         device, tree_repeats)
+        tree = _alternating_step_seconds(
+            {mode: _learner(device, **CRITIC_MODES[mode]) for mode in ("full", "sampled", "tree-deep")}, device, tree_repeats)
         chain_critic = _alternating_step_seconds(
-            {mode: _learner(device, **CRITIC_MODES[mode]) for mode in ("chain-full", "chain-sampled")}, device, repeats)
+            {mode: _learner(device, **CRITIC_MODES[mode]) for mode in ("chain-full", "chain-sampled", "chain-deep")},
+            device, repeats)
         accelerated = accelerated_comparison(device, repeats)
         agents = sb3_throughput(device, tree_repeats)
         step_threads = torch.get_num_threads()
@@ -337,6 +347,10 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
         "critic_chain_full_peak_bytes": memory["chain-full"]["peak_bytes"],
         "critic_chain_sampled_peak_bytes": memory["chain-sampled"]["peak_bytes"],
         "chain_sampled_vs_full_peak_memory_ratio": memory["chain-sampled"]["peak_bytes"] / memory["chain-full"]["peak_bytes"],
+        "tree_deep_vs_full_step_ratio": _ratio(tree, "tree-deep", "full"),
+        "tree_deep_vs_full_peak_memory_ratio": memory["tree-deep"]["peak_bytes"] / memory["full"]["peak_bytes"],
+        "chain_deep_vs_full_step_ratio": _ratio(chain_critic, "chain-deep", "chain-full"),
+        "chain_deep_vs_full_peak_memory_ratio": memory["chain-deep"]["peak_bytes"] / memory["chain-full"]["peak_bytes"],
         "peak_memory_method": memory["full"]["method"],
         **accelerated,
         **agents,

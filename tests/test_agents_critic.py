@@ -13,7 +13,7 @@ from routing_rl.training.sgd import training_policy
 from routing_rl.data import Split
 from routing_rl.core.execution import argmax_decide, dynamic, route
 from routing_rl.core.graph import FullOutput, Node, RoutedNet
-from routing_rl.nets.multiscale import chain
+from routing_rl.nets.multiscale import chain, tree
 from routing_rl.nets.router import Router
 
 CPU = torch.device("cpu")
@@ -396,5 +396,48 @@ def test_leaf_exploration_reaches_every_exit_of_a_chain_equally_often(execution)
     share = {k: reach[:, learner.paths.node_index[f"col{k}"]].mean().item() for k in (2, 5, 8)}
     tolerance = 0.06 if execution == "sampled" else 1e-4  # sampled: 512 draws; full: the probabilities
     assert share == pytest.approx({k: (9 - k) / 8 for k in share}, abs=tolerance)
-    with pytest.raises(ValueError, match="unknown exploration 'depth'; choose one of sink, leaf"):
+    with pytest.raises(ValueError, match="unknown exploration 'depth'; choose one of sink, leaf, deep"):
         make_config("smoke", agent="critic", exploration="depth")
+
+
+@pytest.mark.parametrize("policy", ["eps-greedy", "softmax"])
+def test_deep_exploration_runs_every_column_and_prices_every_exit_it_passes(policy):
+    """Deep exploration never sends an exploring example to an exit: on the chain every example
+    runs all 8 columns, and the side heads observe each junction's exit, so every target is
+    observed, as on the full tree."""
+    torch.manual_seed(0)
+    net = chain(classes=3)
+    config = make_config("smoke", agent="critic", policy=policy, execution="sampled", epsilon=1.0,
+                         epsilon_half_life=10**6, tau=10.0, tau_half_life=10**6, exploration="deep")
+    learner = CriticLearner(net, config, CPU)
+    assert [learner.priors[j].tolist() for j in net.junctions] == [[0.0, 1.0]] * 7
+    batch = Split(torch.rand(64, 3, 32, 32), torch.randint(0, 3, (64,)), torch.zeros(64, dtype=torch.long))
+    terms = learner.losses(batch, 0)
+    columns = [learner.paths.node_index[f"col{k}"] for k in range(1, 9)]
+    heads = [learner.paths.node_index[f"exit{k}"] for k in range(1, 9)]
+    assert terms["reach"][:, columns + heads].eq(1).all(), "every column and every head ran on every example"
+    for junction, (_, observed) in terms["targets"].items():
+        assert observed.all() and len(observed) == 64, f"{junction}: both sinks observed for every example"
+
+
+def test_deep_exploration_on_a_tree_samples_one_deepest_path_per_example():
+    """On the tree an explored path picks one copy at each 3-way junction and never exits: 8
+    columns per example, not the full tree's 47, so sampling keeps what it saves."""
+    torch.manual_seed(0)
+    net = tree(classes=3)
+    config = make_config("smoke", agent="critic", policy="eps-greedy", execution="sampled", epsilon=1.0,
+                         epsilon_half_life=10**6, exploration="deep", arch="tree")
+    learner = CriticLearner(net, config, CPU)
+    assert learner.priors["col1"].tolist() == [0.0, 1.0, 1.0], "exit, or either copy of column 2"
+    batch = Split(torch.rand(64, 3, 32, 32), torch.randint(0, 3, (64,)), torch.zeros(64, dtype=torch.long))
+    reach = learner.losses(batch, 0)["reach"]
+    columns = [k for name, k in learner.paths.node_index.items() if name.startswith("col")]
+    assert len(columns) == 47
+    assert reach[:, columns].sum(1).eq(8).all(), "one column per depth, down to column 8"
+    copies = [learner.paths.node_index[name] for name in ("col2a", "col2b")]
+    assert 0 < reach[:, copies[0]].sum() < 64 and reach[:, copies].sum() == 64, "either copy of column 2, at random"
+
+
+def test_deep_exploration_needs_the_side_heads():
+    with pytest.raises(ValueError, match="side heads: drop --side-heads false, or use --exploration leaf"):
+        make_config("smoke", agent="critic", execution="sampled", exploration="deep", side_heads=False)

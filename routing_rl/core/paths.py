@@ -40,11 +40,17 @@ class Paths:
         device = net.leaf_macs.device
         self.on_path = on_path.to(device)
         self.leaf_columns = torch.tensor([self.node_index[leaf] for leaf in net.leaves], device=device)
+        self._continues = {name: torch.tensor([0.0 if net.nodes[sink].is_leaf else 1.0 for sink in net.nodes[name].sinks],
+                                              device=device) for name in self.junctions}
 
     def leaves_below(self) -> dict[str, torch.Tensor]:
         """Junction name -> ``(n_sinks,)`` the number of leaves below each of its sinks."""
         below = self.on_path.index_select(1, self.leaf_columns).sum(1)
         return dict(zip(self.junctions, below.split(self.sink_counts)))
+
+    def continuing_sinks(self) -> dict[str, torch.Tensor]:
+        """Junction name -> ``(n_sinks,)`` 1 for each sink that leads on to a column, 0 for an exit."""
+        return dict(self._continues)
 
     def reach(self, probabilities: dict[str, torch.Tensor]) -> torch.Tensor:
         """``(B, N)`` probability of reaching each node, from junction name -> ``(B, n_sinks)``.
