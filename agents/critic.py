@@ -19,21 +19,24 @@ whole batch, so every target is exact: going up from the leaves, ``V(leaf) = k_c
 + error(leaf)``, ``V(node) = k_cpt·cost(node) + V(its sink)``, ``Q_j^i = V(sink i)``, ``u_j =
 -Q_j`` and ``V(j) = k_cpt·cost(j) + Q_j^{argmax s_j}`` (pragmatic) or ``min_i Q_j^i``
 (optimistic); each junction's c_ure weighs its reach probability, each leaf's error its path
-probability. It is the default because with sampled decisions a column learns only from the
-examples sent to it, so the critic values depth by what its own exploration happened to train.
+probability. It is the default because on a chain sampling saves next to nothing: once every
+column learns from every image (deep exploration, below) a sampled path is the whole chain, and
+paths that stop early leave the deep columns only the examples sent to them, so the critic
+values depth by what its own exploration happened to train.
 
 **Sampled decisions** (``execution="sampled"``, the paper's). Each example follows one path
 drawn from the training policy and only that path is computed. The same recursion runs along
 it from its leaf up, each unobserved sink valued at the critic's own estimate ``-s_j^i``, so
 sampled pragmatic targets are exact wherever the path below a junction is the argmax path;
-c_ure sums the squared errors of the observed sinks. Two defaults keep the deep columns from
-starving: **side heads** (``side_heads``: every exit head whose input the path computed runs
-and learns on it, and every junction on the path observes its exit's true cost) and **ε from
-1, annealed**, so every column trains before the critic commits. A column still learns only
-from the examples whose paths reach it, and that share is what sets how good the deep exits
-get; ``exploration="deep"`` sends every explored path to a deepest exit, its side heads pricing
-each exit it passes, so that share is the explored fraction of the batch at every depth (on the
-tree, one path of 8 of its 47 column instances). Before every evaluation the
+c_ure sums the squared errors of the observed sinks. A column learns only from the examples
+whose paths reach it, and that share sets how good the deep exits get, so two defaults keep the
+deep columns from starving: **side heads** (``side_heads``: every exit head whose input the path
+computed runs and learns on it, and every junction on the path observes its exit's true cost)
+and **deep exploration** (``exploration="deep"``: training paths never take an exit, so each
+runs to a deepest exit and every exit it passes is priced by its side head). Every column of
+the chain then learns from every image, as on the full tree, and the routers learn every
+sink's value off the policy that trains them; on the tree a path computes 8 of the 47 column
+instances. The utility and rates are the full tree's (below). Before every evaluation the
 batch-norm statistics are recomputed over :data:`CALIBRATION_IMAGES` training images routed
 by the training policy at its current ε or τ (:func:`~routing_rl.training.batchnorm.recalibrate`):
 in train mode each node normalised the small, shifting sub-batches that policy sent it, so its
@@ -319,19 +322,22 @@ class CriticOptions(RouterOptions):
     """A critic's options. ``execution``: every node on every image (``full``) or the sampled
     decisions' paths only. On the full tree every head learns on every image (``head_weight``
     1), the routers regress the 0/1 error (``utility_error``, c_err inside the utilities) at
-    :data:`CRITIC_ROUTER_LR_SCALE` × lr, at ``JOINT_LR``; sampled, the paper's critic (this
-    module's docstring says why). ``epsilon``: the ε-greedy policy's ε, halving every
+    :data:`CRITIC_ROUTER_LR_SCALE` × lr, at ``JOINT_LR``. Sampled, the same rates and utility
+    with ``deep`` exploration, under which every head a path passes learns on it (with
+    ``--side-heads false`` or another exploration, the paper's critic: cross-entropy utilities,
+    routers at the columns' rate, ``LR``). ``epsilon``: the ε-greedy policy's ε, halving every
     ``epsilon_half_life`` iterations. ``k_ure``: c_ure's weight. ``score_start``: the paper's zero
     scores, or ``guess``: minus a uniform guess's error cost. ``side_heads``: sampled, also
     train every exit head on a junction the path passed (its input is computed).
     ``exploration``: where the training policy's exploring decisions go: a uniformly random
-    sink (the paper's), or ``leaf``: a sink in proportion to the leaves below it, so that full
-    exploration reaches every exit equally often (column k of an L-exit chain sees
-    (L − k + 1)/L of the batch, not 2^−(k−1)); or ``deep``: only sinks that lead on to a column,
-    so an explored path runs to a deepest exit and its side heads price every exit it passes
-    (on the chain column k sees every explored example, as on the full tree; on the tree an
-    explored path computes 8 of the 47 column instances). Under the softmax, ``deep`` leaves the exits only
-    the floor's probability in training: the argmax exits at inference. Greedy does not explore."""
+    sink (the paper's; the full tree's default), or ``leaf``: a sink in proportion to the leaves
+    below it, so that full exploration reaches every exit equally often (column k of an L-exit
+    chain sees (L − k + 1)/L of the batch, not 2^−(k−1)); or ``deep`` (sampled execution's
+    default): only sinks that lead on to a column, for every policy (ε-greedy's argmax too), so
+    every training path runs to a deepest exit and its side heads price every exit it passes.
+    On the chain every column and head then learns from every image, as on the full tree; on the
+    tree a path computes 8 of the 47 column instances, the policy choosing the copies. The
+    routers learn the exits' values from the side heads and take them at inference."""
 
     execution: str = "full"
     head_weight: float | None = None
@@ -343,9 +349,11 @@ class CriticOptions(RouterOptions):
     k_ure: float = 0.001
     score_start: str = "zero"
     side_heads: bool = True
-    exploration: str = "sink"
+    exploration: str | None = None
 
     def __post_init__(self) -> None:
+        if self.exploration is None:
+            self.exploration = "deep" if self.execution == "sampled" and self.side_heads else "sink"
         for name, value, choices in (("execution", self.execution, EXECUTIONS), ("score_start", self.score_start, SCORE_STARTS),
                                      ("exploration", self.exploration, EXPLORATIONS),
                                      ("utility_error", self.utility_error, (None, *ERROR_COSTS))):
@@ -359,7 +367,7 @@ class CriticOptions(RouterOptions):
         elif self.head_weight and self.execution != "full":
             raise ValueError(f"--head-weight trains every head on every image of the full tree; a critic with "
                              f"--execution {self.execution} does not read it: drop it, or use --execution full")
-        every_head = bool(self.head_weight)
+        every_head = bool(self.head_weight) or self.exploration == "deep"  # deep: every head a path passes learns
         if self.utility_error is None:
             self.utility_error = "zero_one" if every_head else "cross_entropy"
         if self.router_lr_scale is None:

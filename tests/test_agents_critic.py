@@ -203,7 +203,7 @@ def test_sampled_mode_computes_only_the_sampled_path(side_heads):
     for name in net.order:
         net.nodes[name].register_forward_hook(count(name))
     config = make_config("smoke", agent="critic", policy="eps-greedy", execution="sampled", epsilon=1.0,
-                         side_heads=side_heads)
+                         side_heads=side_heads, exploration="sink")
     learner = CriticLearner(net, config, CPU)
     x = torch.rand(8, 3, 32, 32)
     stats = learner.train_step(Split(x, torch.randint(0, 3, (8,)), torch.zeros(8, dtype=torch.long)), 0)
@@ -258,7 +258,14 @@ def test_full_tree_critics_train_every_head_at_the_thresholds_rate_and_value_exi
 
     assert resolved(agent="critic", policy="eps-greedy") == (1.0, 0.02, "zero_one", 100.0)
     assert resolved(agent="optimistic-critic", policy="greedy") == (1.0, 0.02, "zero_one", 100.0)
-    assert resolved(agent="critic", policy="eps-greedy", execution="sampled") == (0.0, 0.1, "cross_entropy", 1.0)
+    # sampled, deep exploration (the default) trains every head a path passes: the full tree's rates
+    assert resolved(agent="critic", policy="eps-greedy", execution="sampled") == (0.0, 0.02, "zero_one", 100.0)
+    assert make_config("quick", agent="critic", execution="sampled").options.exploration == "deep"
+    assert make_config("quick", agent="critic").options.exploration == "sink"
+    paper = make_config("quick", agent="critic", policy="eps-greedy", execution="sampled", exploration="sink")
+    assert resolved_of(paper) == (0.0, 0.1, "cross_entropy", 1.0), "the paper's sampled critic"
+    no_side_heads = make_config("quick", agent="critic", execution="sampled", side_heads=False).options
+    assert (no_side_heads.exploration, no_side_heads.lr) == ("sink", 0.1), "deep exploration prices exits by side heads"
     assert resolved(agent="critic", head_weight=0.0) == (0.0, 0.1, "cross_entropy", 1.0), "the paper's critic"
     assert resolved(agent="critic", lr=0.05) == (1.0, 0.05, "zero_one", 100.0)
     assert resolved(agent="critic", utility_error="cross_entropy", router_lr_scale=5.0) == (1.0, 0.02, "cross_entropy", 5.0)
@@ -400,15 +407,16 @@ def test_leaf_exploration_reaches_every_exit_of_a_chain_equally_often(execution)
         make_config("smoke", agent="critic", exploration="depth")
 
 
-@pytest.mark.parametrize("policy", ["eps-greedy", "softmax"])
-def test_deep_exploration_runs_every_column_and_prices_every_exit_it_passes(policy):
-    """Deep exploration never sends an exploring example to an exit: on the chain every example
-    runs all 8 columns, and the side heads observe each junction's exit, so every target is
-    observed, as on the full tree."""
+@pytest.mark.parametrize("policy, explore", [("eps-greedy", 1.0), ("eps-greedy", 0.0), ("softmax", 10.0),
+                                             ("softmax", 0.01), ("greedy", 0.0)])
+def test_deep_exploration_runs_every_column_and_prices_every_exit_it_passes(policy, explore):
+    """Deep exploration never sends a training path to an exit, explored or greedy: on the chain
+    every example runs all 8 columns, and the side heads observe each junction's exit, so every
+    target is observed, as on the full tree."""
     torch.manual_seed(0)
     net = chain(classes=3)
-    config = make_config("smoke", agent="critic", policy=policy, execution="sampled", epsilon=1.0,
-                         epsilon_half_life=10**6, tau=10.0, tau_half_life=10**6, exploration="deep")
+    config = make_config("smoke", agent="critic", policy=policy, execution="sampled", epsilon=min(explore, 1.0),
+                         tau=max(explore, 0.01), exploration="deep")
     learner = CriticLearner(net, config, CPU)
     assert [learner.priors[j].tolist() for j in net.junctions] == [[0.0, 1.0]] * 7
     batch = Split(torch.rand(64, 3, 32, 32), torch.randint(0, 3, (64,)), torch.zeros(64, dtype=torch.long))
@@ -429,6 +437,8 @@ def test_deep_exploration_on_a_tree_samples_one_deepest_path_per_example():
                          epsilon_half_life=10**6, exploration="deep", arch="tree")
     learner = CriticLearner(net, config, CPU)
     assert learner.priors["col1"].tolist() == [0.0, 1.0, 1.0], "exit, or either copy of column 2"
+    fork = CriticLearner(three_leaf_tree(), make_config("smoke", agent="critic", execution="sampled"), CPU).priors
+    assert [fork[j].tolist() for j in ("root", "fork")] == [[0.0, 1.0], [1.0, 1.0]], "only exits: each is deepest"
     batch = Split(torch.rand(64, 3, 32, 32), torch.randint(0, 3, (64,)), torch.zeros(64, dtype=torch.long))
     reach = learner.losses(batch, 0)["reach"]
     columns = [k for name, k in learner.paths.node_index.items() if name.startswith("col")]

@@ -29,7 +29,7 @@ CASES = {
     # the actor runs the full tree; the critic routes sampled sub-batches, so that some nodes
     # are reached on one process only, and uses TALR's global reach statistics
     "actor": dict(agent="actor", policy="softmax"),
-    "critic": dict(agent="critic", policy="eps-greedy", epsilon=0.5, execution="sampled"),
+    "critic": dict(agent="critic", policy="eps-greedy", epsilon=0.5, execution="sampled", exploration="sink"),
 }
 
 

@@ -103,3 +103,14 @@ def test_exploration_follows_a_prior_over_the_sinks():
     assert sharp[0, 2] > 0.999, "at a low tau the argmax wins whatever the prior"
     policy = TrainingPolicy("eps-greedy", start=1.0)
     torch.testing.assert_close(policy.probabilities(SCORES, 0, prior).sum(1), torch.ones(2))
+
+
+@pytest.mark.parametrize("name, start", [("eps-greedy", 0.0), ("eps-greedy", 0.5), ("greedy", 0.0), ("softmax", 0.01)])
+def test_a_sink_of_zero_prior_is_no_training_choice_even_where_it_scores_best(name, start):
+    scores = torch.tensor([[9.0, 1.0, 2.0], [9.0, 3.0, 1.0]])  # sink 0 (an exit, say) scores best
+    prior = torch.tensor([0.0, 1.0, 1.0])
+    policy = TrainingPolicy(name, start=start if name != "greedy" else 1.0, floor=1e-6)
+    p = policy.probabilities(scores, 0, prior)
+    assert (p[:, 0] < 1e-6).all(), "only the floor's share goes to a sink the prior rules out"
+    if name != "eps-greedy" or start == 0.0:
+        assert p[:, 1:].argmax(1).tolist() == [1, 0], "the best of the remaining sinks"

@@ -40,8 +40,10 @@ class Paths:
         device = net.leaf_macs.device
         self.on_path = on_path.to(device)
         self.leaf_columns = torch.tensor([self.node_index[leaf] for leaf in net.leaves], device=device)
-        self._continues = {name: torch.tensor([0.0 if net.nodes[sink].is_leaf else 1.0 for sink in net.nodes[name].sinks],
-                                              device=device) for name in self.junctions}
+        self._continues = {}
+        for name in self.junctions:
+            on = torch.tensor([0.0 if net.nodes[sink].is_leaf else 1.0 for sink in net.nodes[name].sinks], device=device)
+            self._continues[name] = on if on.any() else torch.ones_like(on)  # only exits: each is a deepest end
 
     def leaves_below(self) -> dict[str, torch.Tensor]:
         """Junction name -> ``(n_sinks,)`` the number of leaves below each of its sinks."""
@@ -49,7 +51,8 @@ class Paths:
         return dict(zip(self.junctions, below.split(self.sink_counts)))
 
     def continuing_sinks(self) -> dict[str, torch.Tensor]:
-        """Junction name -> ``(n_sinks,)`` 1 for each sink that leads on to a column, 0 for an exit."""
+        """Junction name -> ``(n_sinks,)`` 1 for each sink that leads on to a column, 0 for an exit
+        (all 1 at a junction whose sinks are all exits)."""
         return dict(self._continues)
 
     def reach(self, probabilities: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -9,7 +9,9 @@ number of leaves below each sink (:meth:`~routing_rl.core.paths.Paths.leaves_bel
 exploring example reaches every leaf equally often, where uniform sinks halve its chance of
 going deeper at every 2-way junction of a chain. The softmax takes the prior as a bias on its
 logits (``softmax(scores / tau + log prior)``), which exploration at a high tau follows and
-the argmax at a low tau ignores.
+the argmax at a low tau ignores. A sink whose prior is 0 is no training choice at all: the
+softmax gives it no mass and the ε-greedy and greedy argmax skip it (``deep`` exploration:
+every training path runs on past the exits, whose heads are priced on the way).
 
 Every policy's probabilities are then *floored*: mixed with the uniform distribution,
 ``(1 - floor) * p + floor / n``, so that no sink — and so no path — ever has exactly zero
@@ -55,11 +57,16 @@ def greedy_probabilities(scores: torch.Tensor) -> torch.Tensor:
     return F.one_hot(scores.argmax(1), scores.shape[1]).to(scores.dtype)
 
 
+def within_prior(scores: torch.Tensor, prior: torch.Tensor | None) -> torch.Tensor:
+    """``scores`` with the sinks of zero ``prior`` at ``-inf``, so that no argmax picks them."""
+    return scores if prior is None else scores.masked_fill(prior == 0, float("-inf"))
+
+
 def eps_greedy_probabilities(scores: torch.Tensor, epsilon: float, prior: torch.Tensor | None = None) -> torch.Tensor:
     """The argmax sink with probability ``1 - epsilon``, otherwise a random sink: uniform, or
-    in proportion to ``prior`` ``(n,)``."""
+    in proportion to ``prior`` ``(n,)`` (the argmax too skips the sinks of zero prior)."""
     explore = 1.0 / scores.shape[1] if prior is None else prior / prior.sum()
-    return (1.0 - epsilon) * greedy_probabilities(scores) + epsilon * explore
+    return (1.0 - epsilon) * greedy_probabilities(within_prior(scores, prior)) + epsilon * explore
 
 
 def floored(probabilities: torch.Tensor, floor: float) -> torch.Tensor:
@@ -109,7 +116,7 @@ class TrainingPolicy:
         elif self.name == "eps-greedy":
             p = eps_greedy_probabilities(scores, self.value(iteration), prior)
         else:
-            p = greedy_probabilities(scores)
+            p = greedy_probabilities(within_prior(scores, prior))
         return floored(p, self.floor)
 
     def charts(self, iteration: float) -> dict[str, float]:
