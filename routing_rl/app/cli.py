@@ -91,10 +91,10 @@ HELP = {
     "side_heads": "sampled critics: also run and train every exit head on a junction the path passed (free: its input is "
                   "computed); dqn: also replay those exits, with the rewards they would have earned",
     "exploration": "critics: where the training policy's exploring decisions go: sink (a uniformly random sink, the "
-                   "paper's; the full tree's default) or leaf (a sink in proportion to the leaves below it: full exploration reaches every exit "
-                   "equally often, not half as often at each junction deeper) or deep (sampled execution's default: training "
-                   "decisions take only sinks that lead on to a column, so every path runs to a deepest exit, its side "
-                   "heads pricing each exit it passes)",
+                   "paper's; the full tree's default) or leaf (a sink in proportion to the leaves below it: full "
+                   "exploration reaches every exit equally often, not half as often at each junction deeper) or deep "
+                   "(sampled execution's default: training decisions take only sinks that lead on to a column, so every "
+                   "path runs to a deepest exit, its side heads pricing each exit it passes)",
     "double_q": "dqn: double Q-learning's target, the online network picks the next junction's sink and the target "
                 "network values it (one-step targets otherwise take the target network's max, which overestimates "
                 "continuing); default: true for dqn",
