@@ -2,7 +2,8 @@ import pytest
 import torch
 from helpers import randomize_routers, varied_images, vector_tree
 
-from routing_rl.core.execution import dynamic, follow, full, reach, route
+from routing_rl.core.execution import MIN_BATCH_STATISTICS, dynamic, follow, full, reach, route
+from routing_rl.core.graph import take
 from routing_rl.core.k_cpt import router_input
 from routing_rl.nets.multiscale import chain, static, tree
 from routing_rl.nets.router import read_exit_confidence
@@ -137,3 +138,57 @@ def test_routing_on_exit_confidence_matches_full_evaluation():
     assert len(set(routed.leaf.tolist())) > 1, "the confidence should split the batch"
     assert torch.equal(routed.leaf, leaf) and torch.allclose(routed.logits, logits, atol=1e-5)
     assert torch.equal(routed.macs, macs)
+
+
+def _send_to_col2(examples: int):
+    """A training decision: the first ``examples`` images go on to col2, the rest exit at exit1;
+    every image past col2 exits at exit2."""
+    def decide(junction):
+        choice = torch.zeros_like(junction.index)
+        if junction.name == "col1":
+            choice[:examples] = 1
+        return choice
+    return decide
+
+
+def _norm_buffers(node):
+    return [b.clone() for name, b in node.named_buffers() if "running" in name]
+
+
+@pytest.mark.parametrize("examples", sorted({1, MIN_BATCH_STATISTICS - 1}))
+def test_a_sub_batch_too_small_for_statistics_is_normalised_with_the_running_statistics(examples):
+    torch.manual_seed(0)
+    x = varied_images(16, 4)
+    net = chain().train()
+    col2 = net.nodes["col2"]
+    before = _norm_buffers(col2)
+    routed = route(net, x, _send_to_col2(examples), side_heads=True)
+    assert routed.visits["col2"].numel() == examples
+    assert all(torch.equal(a, b) for a, b in zip(before, _norm_buffers(col2))), "the running statistics moved"
+    inputs = take(col2.reads(net.nodes["col1"](x).state), routed.visits["col2"])
+    with torch.no_grad():
+        expected = col2.eval()(inputs).state
+    torch.testing.assert_close(routed.heads["exit2"][1], net.nodes["exit2"].eval()(expected).state)
+
+
+def test_a_sub_batch_of_the_minimum_size_is_normalised_with_its_own_statistics():
+    torch.manual_seed(0)
+    x = varied_images(16, 4)
+    net = chain().train()
+    col2 = net.nodes["col2"]
+    before = _norm_buffers(col2)
+    route(net, x, _send_to_col2(MIN_BATCH_STATISTICS), side_heads=True)
+    assert not all(torch.equal(a, b) for a, b in zip(before, _norm_buffers(col2)))
+    assert all(m.training for m in net.modules()), "route() restores every batch norm's training mode"
+
+
+def test_a_sub_batch_too_small_for_statistics_trains_nothing_on_its_path():
+    torch.manual_seed(0)
+    x = varied_images(16, 4)
+    net = chain().train()
+    routed = route(net, x, _send_to_col2(1), side_heads=True)
+    loss = sum(logits.square().sum() for _, logits in routed.heads.values())
+    loss.backward()
+    untouched = [p.grad for n in ("col2", "exit2") for p in net.nodes[n].parameters()]
+    assert all(g is None for g in untouched), "the lone example trained col2 or its head"
+    assert all(p.grad is not None for p in net.nodes["col1"].transform.parameters())

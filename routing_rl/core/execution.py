@@ -21,14 +21,26 @@ Set ``ROUTING_RL_RETAIN_FREED_MEMORY=0`` to keep the C allocator's defaults.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from routing_rl.core.graph import FullOutput, RoutedNet, State, take
 from routing_rl.core.memory import retain_by_default
 
+MIN_BATCH_STATISTICS = 2
+"""The fewest examples a node learns from in one training batch of :func:`route`. A node
+handed fewer is run as at evaluation, by its batch norms' running statistics, and without
+gradient: it neither learns from them nor passes them on to the nodes before it. Batch norm
+makes a layer's output blind to its weights' scale, so only statistics taken with the
+current weights normalise it. A lone example's own statistics have a spread near zero (the
+gradient then scales with ``1/sqrt(eps)``), and the running statistics of a node that few
+examples reach lag behind its weights, all the further as it learns from those few: on the
+tree under ε-greedy, a router whose running variance lagged its weights scored a lone image
+at 3×10⁷, and the net's loss was NaN a dozen steps later."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,29 @@ class Junction:
 
 Decide = Callable[[Junction], torch.Tensor]
 """``decide(junction) -> (b,)`` int64: the sink each example at the junction takes."""
+
+
+@contextmanager
+def running_statistics(module: nn.Module) -> Iterator[None]:
+    """Inside this block every batch-norm layer of ``module`` normalises with its running
+    statistics and leaves them alone (eval mode), whatever the module's mode; gradients flow
+    as through any affine layer."""
+    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training]
+    for norm in norms:
+        norm.train(False)
+    try:
+        yield
+    finally:
+        for norm in norms:
+            norm.train(True)
+
+
+@contextmanager
+def _untrained(module: nn.Module) -> Iterator[None]:
+    """A run that neither trains ``module`` nor moves its statistics: no gradient, and batch
+    norm by the running statistics (see :data:`MIN_BATCH_STATISTICS`)."""
+    with running_statistics(module), torch.no_grad():
+        yield
 
 
 def full(net: RoutedNet, x: torch.Tensor, k_cpt=None) -> FullOutput:
@@ -97,27 +132,28 @@ def argmax_decide(junction: Junction) -> torch.Tensor:
 
 def _split(
     choice: torch.Tensor, n_sinks: int, global_counts: Callable[[torch.Tensor], torch.Tensor] | None = None
-) -> list[tuple[int, torch.Tensor | None]]:
-    """``[(sink number, positions), ...]`` for the sinks some example chose; positions are
-    indices into ``choice``, ascending, or None when every example chose that sink. With
-    ``global_counts`` (see :func:`route`), the sinks some process's example chose: every
-    process gets the same sinks in the same order, some with no positions here."""
+) -> list[tuple[int, torch.Tensor | None, int]]:
+    """``[(sink number, positions, count), ...]`` for the sinks some example chose; positions
+    are indices into ``choice``, ascending, or None when every example chose that sink; count
+    is how many examples chose it. With ``global_counts`` (see :func:`route`), the sinks some
+    process's example chose, and their counts over every process: every process gets the same
+    sinks in the same order, some with no positions here."""
     if global_counts is None:
         if choice.numel() == 1:
-            return [(int(choice), None)]
+            return [(int(choice), None, 1)]
         counts = torch.bincount(choice, minlength=n_sinks).tolist()
-        runs = [count > 0 for count in counts]
+        totals = counts
     else:
         local = torch.bincount(choice, minlength=n_sinks)
-        runs = (global_counts(local) > 0).tolist()
+        totals = global_counts(local).tolist()
         counts = local.tolist()
     if max(counts) == choice.numel():  # every example here (if any) chose one sink
         whole = counts.index(choice.numel()) if choice.numel() else None
         none_here = choice.new_empty(0)
-        return [(k, None if whole in (k, None) else none_here) for k in range(n_sinks) if runs[k]]
+        return [(k, None if whole in (k, None) else none_here, totals[k]) for k in range(n_sinks) if totals[k] > 0]
     # one stable sort instead of a comparison and a nonzero per sink
     groups = torch.argsort(choice, stable=True).split(counts)
-    return [(sink_number, positions) for sink_number, positions in enumerate(groups) if runs[sink_number]]
+    return [(number, positions, totals[number]) for number, positions in enumerate(groups) if totals[number] > 0]
 
 
 def route(
@@ -146,6 +182,10 @@ def route(
     process. A sink then runs (possibly on no example) wherever any process sends examples
     to it, so that every process runs the same nodes in the same order and their batch-norm
     statistics are reduced in step; ``visits`` then also holds such empty runs.
+
+    In training mode, a node that a junction hands fewer than :data:`MIN_BATCH_STATISTICS`
+    examples (over every process), and each side head it runs, neither learns from them nor
+    moves its batch-norm statistics; the root always learns from the batch.
     """
     net.check_input(x)
     net.check_k_cpt(k_cpt)
@@ -158,18 +198,20 @@ def route(
     scores: dict[str, torch.Tensor] = {}
     decisions: dict[str, torch.Tensor] = {}
     heads: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    pending = [(net.root, x, everyone, k_cpt)]
+    pending = [(net.root, x, everyone, k_cpt, None)]  # (node, inputs, index, k_cpt, examples routed here; None: the batch)
     while pending:
-        name, inputs, index, node_k_cpt = pending.pop()
+        name, inputs, index, node_k_cpt, count = pending.pop()
         node = net.nodes[name]
         visits[name] = index
-        state, descriptor, node_scores = node(inputs, node_k_cpt)
+        few = node.training and count is not None and count < MIN_BATCH_STATISTICS
+        with _untrained(node) if few else nullcontext():
+            state, descriptor, node_scores = node(inputs, node_k_cpt)
         if node.is_leaf:
             arrivals.append((net.leaf_index[name], index, state))
             heads[name] = (index, state)
             continue
         if node_scores is None:
-            pending.append((node.sinks[0], state, index, node_k_cpt))
+            pending.append((node.sinks[0], state, index, node_k_cpt, count))
             continue
         choice = decide(Junction(name, node_scores, descriptor, node_k_cpt, index, state))
         scores[name] = node_scores
@@ -178,8 +220,9 @@ def route(
             for sink in node.sinks:
                 if net.nodes[sink].is_leaf:
                     head = net.nodes[sink]
-                    heads[sink] = (index, head(head.reads(state), node_k_cpt).state)
-        for sink_number, chosen in _split(choice, len(node.sinks), global_counts):
+                    with _untrained(head) if few else nullcontext():
+                        heads[sink] = (index, head(head.reads(state), node_k_cpt).state)
+        for sink_number, chosen, chosen_count in _split(choice, len(node.sinks), global_counts):
             sink = node.sinks[sink_number]
             if sink in heads:  # a side head: it has run on every example here
                 _, logits = heads[sink]
@@ -188,10 +231,10 @@ def route(
                 arrivals.append((net.leaf_index[sink], *arrived))
                 continue
             if chosen is None:
-                pending.append((sink, state, index, node_k_cpt))
+                pending.append((sink, state, index, node_k_cpt, chosen_count))
                 continue
             sink_k_cpt = node_k_cpt[chosen] if isinstance(node_k_cpt, torch.Tensor) and node_k_cpt.dim() else node_k_cpt
-            pending.append((sink, take(net.nodes[sink].reads(state), chosen), index[chosen], sink_k_cpt))
+            pending.append((sink, take(net.nodes[sink].reads(state), chosen), index[chosen], sink_k_cpt, chosen_count))
     return _assemble(net, arrivals, batch, visits, scores, decisions, heads)
 
 

@@ -41,6 +41,7 @@ from torch import fx, nn
 from torch.fx.passes.split_module import split_module
 from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
 
+from routing_rl.core.execution import running_statistics
 from routing_rl.core.graph import RoutedNet
 from routing_rl.nets.exits import exit_chain
 
@@ -64,19 +65,13 @@ class Segment(nn.Module):
     def __init__(self, graph: fx.GraphModule):
         super().__init__()
         self.graph = graph
-        self._norms = [m for m in graph.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        self._has_norms = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in graph.modules())
 
     def forward(self, state):
-        if not (self.training and isinstance(state, torch.Tensor) and state.shape[0] == 1 and self._norms):
+        if not (self.training and isinstance(state, torch.Tensor) and state.shape[0] == 1 and self._has_norms):
             return self.graph(state)
-        modes = [norm.training for norm in self._norms]
-        for norm in self._norms:
-            norm.train(False)
-        try:
+        with running_statistics(self.graph):
             return self.graph(state)
-        finally:
-            for norm, mode in zip(self._norms, modes):
-                norm.train(mode)
 
 
 def graph_node_names(model: nn.Module) -> list[str]:
