@@ -38,9 +38,9 @@ gradient: it neither learns from them nor passes them on to the nodes before it.
 makes a layer's output blind to its weights' scale, so only statistics taken with the
 current weights normalise it. A lone example's own statistics have a spread near zero (the
 gradient then scales with ``1/sqrt(eps)``), and the running statistics of a node that few
-examples reach lag behind its weights, all the further as it learns from those few: on the
-tree under ε-greedy, a router whose running variance lagged its weights scored a lone image
-at 3×10⁷, and the net's loss was NaN a dozen steps later."""
+examples reach lag behind its weights, all the further as it learns from those few, until
+they blow its outputs up (``docs/results/sampled-critic.md``, "A node a batch reaches with one
+example does not learn from it")."""
 
 
 @dataclass(frozen=True)
