@@ -339,6 +339,27 @@ def test_the_report_scales_its_budget_to_the_papers_iterations(tmp_path):
     assert f"{total['cpu_hours'] * scale:,.0f} CPU-hours" in text
 
 
+def test_the_budget_estimates_unfinished_runs_from_finished_runs_of_the_same_learner_and_net(tmp_path):
+    """A tree run takes longer per MAC than the README's static-8 timing says: once one run of a
+    learner and net has finished, the others are estimated at its measured rate, and the budget
+    says how much is still to train."""
+    def config(agent, arch, name, iterations=600):
+        return reproduce.TrainConfig(agent=agent, arch=arch, preset="quick", iterations=iterations,
+                                     logdir=str(tmp_path), run_name=name)
+
+    done, twice_as_long = config("actor", "tree", "t0"), config("actor", "tree", "t1", iterations=1200)
+    other = config("actor", "chain", "c0")
+    model = reproduce.estimated_seconds(done)[0]
+    (tmp_path / "t0").mkdir()
+    (tmp_path / "t0" / "metrics.json").write_text(json.dumps({"train_seconds": 3 * model}))
+    row = reproduce.budget_row([done, twice_as_long, other], workers=2)
+    chain = reproduce.estimated_seconds(other)[0]
+    assert row["finished"] == 1 and row["measured_hours"] == pytest.approx(3 * model / 3600)
+    assert row["left_worker_hours"] == pytest.approx((6 * model + chain) / 3600 / 2)  # the tree at 3× the model, the chain at 1×
+    assert row["cpu_hours"] == pytest.approx((9 * model + chain) / 3600)
+    assert "| of which still to train |" in reproduce.budget_table({"trees": row})[0]
+
+
 def test_the_report_names_the_runs_trained_on_a_gpu(tmp_path):
     """A sweep may train some runs on a GPU (their results are not bit-reproducible): the report says which."""
     configs = [reproduce.TrainConfig(agent="static", arch=f"static-{n}", logdir=str(tmp_path / "w2"), run_name=f"s{n}")

@@ -643,14 +643,33 @@ def unique_configs(planned: dict[str, list[tuple[Series, TrainConfig]]]) -> list
 # ---------------------------------------------------------------- the budget
 
 
-def estimated_seconds(config: TrainConfig) -> tuple[float, float]:
-    """(CPU seconds on one thread, GPU seconds) to train ``config``, both estimates from the
-    README's step timings (:data:`CPU_SECONDS_PER_MAC`, :data:`GPU_STEP_SECONDS`)."""
-    cpu = config.iterations * config.batch_size * full_macs(config.arch, config.width) * CPU_SECONDS_PER_MAC
+def estimated_seconds(config: TrainConfig, measured_rate: float | None = None) -> tuple[float, float]:
+    """(CPU seconds on one thread, GPU seconds) to train ``config``. The CPU estimate takes
+    ``measured_rate`` (training seconds per MAC of full evaluation and example, as finished runs
+    of the same learner and net measured; :func:`measured_rates`) where there is one, else the
+    README's step timing (:data:`CPU_SECONDS_PER_MAC`); the GPU one :data:`GPU_STEP_SECONDS`."""
+    rate = CPU_SECONDS_PER_MAC if measured_rate is None else measured_rate
+    cpu = config.iterations * config.batch_size * full_macs(config.arch, config.width) * rate
     step = GPU_STEP_SECONDS["static" if config.arch.startswith("static-") else "chain"]
     if config.arch == "tree":
         step *= TREE_OVER_CHAIN_LAUNCHES
     return cpu, config.iterations * step
+
+
+def measured_rates(configs: Sequence[TrainConfig]) -> dict[tuple[str, str, int], float]:
+    """Median training seconds per MAC of full evaluation and example, by (agent, arch, width),
+    over the finished runs among ``configs``. A run's training time holds what a step's MACs do
+    not: its evaluations, the per-step overhead that bounds a one-column net, and the load of the
+    machine the sweep ran on. On the hybrid figure's runs at ``cpu-small`` the rates ranged from
+    0.7 (static-8) to 2.3 (the actor's tree) and 2.4 (static-1) times the README's static-8 step."""
+    rates: dict[tuple[str, str, int], list[float]] = {}
+    for config in configs:
+        path = Path(config.logdir) / config.run_name / METRICS_FILE
+        if path.is_file():
+            seconds = json.loads(path.read_text())["train_seconds"]
+            work = config.iterations * config.batch_size * full_macs(config.arch, config.width)
+            rates.setdefault((config.agent, config.arch, config.width), []).append(seconds / work)
+    return {key: statistics.median(values) for key, values in rates.items()}
 
 
 @functools.cache
@@ -660,28 +679,36 @@ def full_macs(arch: str, width: int) -> int:
 
 
 def budget_row(configs: Sequence[TrainConfig], workers: int) -> dict:
-    """#runs, measured training hours of the finished runs, and estimated CPU and GPU hours."""
-    measured, cpu, gpu, finished = 0.0, 0.0, 0.0, 0
+    """#runs, measured training hours of the finished runs, CPU hours of all of them (measured
+    where finished, estimated for the rest, of which ``left_worker_hours`` is what resuming costs
+    on ``workers``) and estimated GPU hours."""
+    measured, left, gpu, finished = 0.0, 0.0, 0.0, 0
+    rates = measured_rates(configs)
     for config in configs:
         path = Path(config.logdir) / config.run_name / METRICS_FILE
+        estimate = estimated_seconds(config, rates.get((config.agent, config.arch, config.width)))
         if path.is_file():
             measured += json.loads(path.read_text())["train_seconds"]
             finished += 1
-        estimate = estimated_seconds(config)
-        cpu, gpu = cpu + estimate[0], gpu + estimate[1]
+        else:
+            left += estimate[0]
+        gpu += estimate[1]
+    cpu, workers = measured + left, max(workers, 1)
     return {"runs": len(configs), "finished": finished, "measured_hours": measured / 3600, "cpu_hours": cpu / 3600,
-            "worker_hours": cpu / 3600 / max(workers, 1), "gpu_hours": gpu / 3600, "workers": workers}
+            "worker_hours": cpu / 3600 / workers, "left_worker_hours": left / 3600 / workers, "gpu_hours": gpu / 3600,
+            "workers": workers}
 
 
 def budget_table(rows: dict[str, dict]) -> list[str]:
     workers = next(iter(rows.values()))["workers"] if rows else 1
     lines = ["| figure | runs | finished | training hours measured (sum of train_seconds) | CPU-hours, one thread "
-             f"(estimate) | wall hours, {workers} workers (estimate) | hours on one H100, one run at a time (estimate) "
-             "| hours on one H200, 8 runs per GPU (estimate from its measured hybrid grid) |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"(measured where finished) | wall hours, {workers} workers | of which still to train | hours on one H100, "
+             "one run at a time (estimate) | hours on one H200, 8 runs per GPU (estimate from its measured hybrid grid) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, row in rows.items():
         lines.append(f"| {name} | {row['runs']} | {row['finished']} | {row['measured_hours']:.2f} | {row['cpu_hours']:.1f} "
-                     f"| {row['worker_hours']:.1f} | {row['gpu_hours']:.1f} | {row['gpu_hours'] * PACKED_GPU_SHARE:.2f} |")
+                     f"| {row['worker_hours']:.1f} | {row['left_worker_hours']:.1f} | {row['gpu_hours']:.1f} "
+                     f"| {row['gpu_hours'] * PACKED_GPU_SHARE:.2f} |")
     return lines
 
 
@@ -896,7 +923,8 @@ def figure_section(figure: Figure, results: Results, written: Sequence[Path], re
         if table:
             lines += [intro, "", *table, ""]
     lines += [f"Budget: {budget['runs']} runs, {budget['finished']} finished, {budget['measured_hours']:.2f} training hours "
-              f"measured; {budget['cpu_hours']:.1f} CPU-hours estimated.", ""]
+              f"measured; {budget['left_worker_hours']:.1f} wall hours still to train on {budget['workers']} workers "
+              "(estimate).", ""]
     return lines
 
 
@@ -1051,8 +1079,9 @@ def _reproduce(args, prog: str) -> int:
                                    rows[figure.name], verdicts)
     lines += ["## Verdicts", "", *verdicts, "", *schedule_section(chosen, planned, sorted(args.k_cpts)),
               "## Compute budget", "", *budget_table(rows), "",
-              "Estimates scale the README's step timings by each net's MACs of full evaluation (CPU) or by its column "
-              "instances (GPU); the wall hours on N workers assume a perfect split; the H200 column scales the H100 one by "
+              "CPU hours are measured for the finished runs; the others are estimated at the training time per MAC of "
+              "full evaluation that the finished runs of the same learner and net measured, or where none has finished "
+              "the README's static-8 step timing, scaled by each net's MACs; GPU estimates scale the README's step timings by each net's column instances; the wall hours on N workers assume a perfect split; the H200 column scales the H100 one by "
               f"the wall time the hybrid grid measured at 8 runs per GPU ({PACKED_GPU_SHARE:.2f} of its estimate one "
               "run at a time; the README's sweeps section).", "", *trained_on_gpus(configs),
               *paper_schedule(configs, rows["all (shared runs once)"]), "", *sections]
