@@ -355,7 +355,8 @@ def test_the_budget_estimates_unfinished_runs_from_finished_runs_of_the_same_lea
     row = reproduce.budget_row([done, twice_as_long, other], workers=2)
     chain = reproduce.estimated_seconds(other)[0]
     assert row["finished"] == 1 and row["measured_hours"] == pytest.approx(3 * model / 3600)
-    assert row["left_worker_hours"] == pytest.approx((6 * model + chain) / 3600 / 2)  # the tree at 3× the model, the chain at 1×
+    # the unfinished tree at 3× the model (the finished one's rate), the chain at the model's
+    assert row["left_worker_hours"] == pytest.approx((6 * model + chain) / 3600 / 2)
     assert row["cpu_hours"] == pytest.approx((9 * model + chain) / 3600)
     assert "| of which still to train |" in reproduce.budget_table({"trees": row})[0]
 

@@ -18,7 +18,8 @@ from routing_rl.app.report import margin, static_curve
 from routing_rl.app import suite
 from routing_rl.app.suite import (average, check_tasks, exits_by_source, flat, inference_cost, learner_point, main, suite_table,
                                   threshold_cost)
-from routing_rl.app.summary import best_single_exit, static_line, summary_text
+from routing_rl.app.runs import final_validation_accuracy
+from routing_rl.app.summary import STATIC_REFERENCES, best_single_exit, static_line, summary_text
 from routing_rl.data import RoutingDataset, Split, load_dataset
 from routing_rl.data.containers import composition_counts
 from routing_rl.data.datasets import CLASSES, HYBRIDS, harden_digits
@@ -120,9 +121,6 @@ def test_summary_falls_back_to_the_static_nets_of_the_runs_preset_on_hybrid_only
 def test_the_static_references_are_the_reproductions_records():
     """The cpu-small frontier a run's summary falls back on is the committed run records' seed 0,
     each static net at the rate its validation chose, so it cannot drift from the reproduction."""
-    from routing_rl.app.runs import final_validation_accuracy
-    from routing_rl.app.summary import STATIC_REFERENCES
-
     records = REPO / "docs" / "results" / "runs" / "reproduction-cpu-small"
     for net, accuracy, macs in STATIC_REFERENCES["cpu-small"][1]:
         runs = [json.loads((records / folder / f"static-{net}-k4e-09-s0" / "metrics.json").read_text())

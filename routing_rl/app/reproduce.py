@@ -656,19 +656,23 @@ def estimated_seconds(config: TrainConfig, measured_rate: float | None = None) -
     return cpu, config.iterations * step
 
 
-def measured_rates(configs: Sequence[TrainConfig]) -> dict[tuple[str, str, int], float]:
+def train_seconds(config: TrainConfig) -> float | None:
+    """The training time a finished run of ``config`` recorded; None while it has not finished."""
+    path = Path(config.logdir) / config.run_name / METRICS_FILE
+    return json.loads(path.read_text())["train_seconds"] if path.is_file() else None
+
+
+def measured_rates(finished: Sequence[tuple[TrainConfig, float]]) -> dict[tuple[str, str, int], float]:
     """Median training seconds per MAC of full evaluation and example, by (agent, arch, width),
-    over the finished runs among ``configs``. A run's training time holds what a step's MACs do
-    not: its evaluations, the per-step overhead that bounds a one-column net, and the load of the
-    machine the sweep ran on. On the hybrid figure's runs at ``cpu-small`` the rates ranged from
-    0.7 (static-8) to 2.3 (the actor's tree) and 2.4 (static-1) times the README's static-8 step."""
+    over ``finished`` runs and their training seconds. A run's training time holds what a step's
+    MACs do not: its evaluations, the per-step overhead that bounds a one-column net, and the load
+    of the machine the sweep ran on. On the hybrid figure's runs at ``cpu-small`` the rates ranged
+    from 0.7 (static-8) to 2.3 (the actor's tree) and 2.4 (static-1) times the README's static-8
+    step."""
     rates: dict[tuple[str, str, int], list[float]] = {}
-    for config in configs:
-        path = Path(config.logdir) / config.run_name / METRICS_FILE
-        if path.is_file():
-            seconds = json.loads(path.read_text())["train_seconds"]
-            work = config.iterations * config.batch_size * full_macs(config.arch, config.width)
-            rates.setdefault((config.agent, config.arch, config.width), []).append(seconds / work)
+    for config, seconds in finished:
+        work = config.iterations * config.batch_size * full_macs(config.arch, config.width)
+        rates.setdefault((config.agent, config.arch, config.width), []).append(seconds / work)
     return {key: statistics.median(values) for key, values in rates.items()}
 
 
@@ -682,19 +686,17 @@ def budget_row(configs: Sequence[TrainConfig], workers: int) -> dict:
     """#runs, measured training hours of the finished runs, CPU hours of all of them (measured
     where finished, estimated for the rest, of which ``left_worker_hours`` is what resuming costs
     on ``workers``) and estimated GPU hours."""
-    measured, left, gpu, finished = 0.0, 0.0, 0.0, 0
-    rates = measured_rates(configs)
-    for config in configs:
-        path = Path(config.logdir) / config.run_name / METRICS_FILE
+    seconds = [train_seconds(config) for config in configs]
+    finished = [(config, time) for config, time in zip(configs, seconds) if time is not None]
+    rates = measured_rates(finished)
+    left, gpu = 0.0, 0.0
+    for config, time in zip(configs, seconds):
         estimate = estimated_seconds(config, rates.get((config.agent, config.arch, config.width)))
-        if path.is_file():
-            measured += json.loads(path.read_text())["train_seconds"]
-            finished += 1
-        else:
-            left += estimate[0]
+        left += estimate[0] if time is None else 0.0
         gpu += estimate[1]
+    measured = sum(time for _, time in finished)
     cpu, workers = measured + left, max(workers, 1)
-    return {"runs": len(configs), "finished": finished, "measured_hours": measured / 3600, "cpu_hours": cpu / 3600,
+    return {"runs": len(configs), "finished": len(finished), "measured_hours": measured / 3600, "cpu_hours": cpu / 3600,
             "worker_hours": cpu / 3600 / workers, "left_worker_hours": left / 3600 / workers, "gpu_hours": gpu / 3600,
             "workers": workers}
 
@@ -1081,7 +1083,9 @@ def _reproduce(args, prog: str) -> int:
               "## Compute budget", "", *budget_table(rows), "",
               "CPU hours are measured for the finished runs; the others are estimated at the training time per MAC of "
               "full evaluation that the finished runs of the same learner and net measured, or where none has finished "
-              "the README's static-8 step timing, scaled by each net's MACs; GPU estimates scale the README's step timings by each net's column instances; the wall hours on N workers assume a perfect split; the H200 column scales the H100 one by "
+              "the README's static-8 step timing, scaled by each net's MACs; GPU estimates scale the README's step "
+              "timings by each net's column instances; the wall hours on N workers assume a perfect split; the H200 "
+              "column scales the H100 one by "
               f"the wall time the hybrid grid measured at 8 runs per GPU ({PACKED_GPU_SHARE:.2f} of its estimate one "
               "run at a time; the README's sweeps section).", "", *trained_on_gpus(configs),
               *paper_schedule(configs, rows["all (shared runs once)"]), "", *sections]
