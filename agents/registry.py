@@ -36,7 +36,7 @@ def make_learner(config: TrainConfig, task: RoutingTask | int, device: torch.dev
     spec = config.spec
     if spec.trains_through_env:
         raise ValueError(f"agent {config.agent!r} trains through the routing env, not as a gradient learner")
-    net = accelerate(build_net(config, task, device), config.channels_last, config.compile)
+    net = accelerate(build_net(config, task, device), config.channels_last, config.compile, config.cuda_graphs)
     learner = spec.builder(net, config, device, cost)
     learner.task = task if isinstance(task, RoutingTask) else None
     return learner
@@ -55,7 +55,7 @@ def check_agent(config: TrainConfig, task: RoutingTask, validation: Split) -> No
     their environment is made."""
     if config.spec.trains_through_env:
         return
-    trial = dataclasses.replace(config, compile=False, channels_last=False)
+    trial = dataclasses.replace(config, compile=False, channels_last=False, cuda_graphs=False)
     learner = make_learner(trial, task, torch.device("cpu"))
     sample = validation.subset(torch.arange(min(PREFLIGHT_EXAMPLES, len(validation))))
     learner.before_evaluation(sample, 0)

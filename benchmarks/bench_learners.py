@@ -46,7 +46,7 @@ Linux a child process inherits its parent's peak through fork and exec.)
   (:mod:`routing_rl.training.acceleration`), timed in turns with the eager learner after
   the first (compiling) steps, whose time is ``*_first_steps_seconds``; also ``--precision
   bf16`` on CUDA and on CPUs with native bf16 (it changes results beyond float rounding),
-  and on CUDA ``cuda_graphs`` (``torch.compile(mode="reduce-overhead")``). Target
+  and on CUDA ``cuda_graphs`` (``--cuda-graphs``). Target
   on the CPU: >= 1.5 for both steps. ``*_paper_schedule_minutes``: the paper's 80,000
   iterations at the measured step time (target on one H100-class GPU: <= 5 minutes per net).
   ``*_update_difference`` — how far a mode's results are from eager ones: after one step from
@@ -83,7 +83,7 @@ from routing_rl.agents.sb3_callbacks import ImageBudget
 from routing_rl.envs import ImageTask, JointTraining, RoutingSB3VecEnv
 from timing import sync
 
-from routing_rl.training.acceleration import compiler_missing, native_bf16, precision_context
+from routing_rl.training.acceleration import begin_step, compiler_missing, native_bf16, precision_context
 from routing_rl.training.config import make_config
 from routing_rl.data import SOURCES, RoutingDataset, Split
 
@@ -132,17 +132,13 @@ class _Autocast:
 
 
 class _CudaGraphs:
-    """A learner whose net is compiled with ``mode="reduce-overhead"``: on CUDA the compiled
-    forward and backward replay as CUDA graphs, one launch for hundreds of kernels (a
-    measurement of what graph capture would give the host-bound steps, not an option yet;
-    elsewhere torch.compile runs it as plain ``--compile``)."""
+    """A ``--cuda-graphs`` learner, its steps begun as the trainer begins them."""
 
     def __init__(self, learner):
         self.learner = learner
-        learner.net.compile(mode="reduce-overhead")
 
     def train_step(self, batch, iteration):
-        torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs are spent
+        begin_step(cuda_graphs=True)
         return self.learner.train_step(batch, iteration)
 
 
@@ -150,7 +146,7 @@ def _accelerated_learner(device: torch.device, mode: str, overrides: dict):
     if mode == "bf16_autocast":
         return _Autocast(_learner(device, **overrides), device)
     if mode == "cuda_graphs":
-        return _CudaGraphs(_learner(device, **overrides))
+        return _CudaGraphs(_learner(device, cuda_graphs=True, **overrides))
     return _learner(device, **ACCELERATIONS[mode], **overrides)
 
 

@@ -1,4 +1,4 @@
-"""--channels-last and --compile: their training steps equal eager ones on a tiny convolutional tree."""
+"""--channels-last, --compile and --cuda-graphs: their training steps equal eager ones on a tiny convolutional tree."""
 
 import copy
 
@@ -10,7 +10,7 @@ from routing_rl.agents.actor import ActorLearner
 from routing_rl.core.graph import Node, RoutedNet
 from routing_rl.data import Split
 from routing_rl.nets.router import Router
-from routing_rl.training.acceleration import accelerate, compiler_missing
+from routing_rl.training.acceleration import accelerate, begin_step, compiler_missing
 from routing_rl.training.config import make_config
 
 CPU = torch.device("cpu")
@@ -59,6 +59,35 @@ def test_accelerated_actor_steps_equal_eager_ones(options):
     for (name, p), q in zip(eager_net.named_parameters(), compiled_net.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=lambda text, name=name: f"{name}: {text}")
     assert list(compiled_net.state_dict()) == list(eager_net.state_dict()), "checkpoints are interchangeable"
+
+
+def test_cuda_graphs_are_refused_without_cuda_and_for_the_env_learners():
+    with pytest.raises(RuntimeError, match="needs a CUDA device; this run trains on cpu: drop --cuda-graphs"):
+        accelerate(tiny_conv_tree(), cuda_graphs=True)
+    assert make_config("smoke", agent="critic", cuda_graphs=True).cuda_graphs
+    with pytest.raises(ValueError, match="drop --cuda-graphs"):
+        make_config("smoke", agent="dqn", cuda_graphs=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs replay on a CUDA device")
+def test_cuda_graph_steps_equal_eager_ones():
+    cuda = torch.device("cuda")
+    reason = compiler_missing(cuda)
+    if reason:
+        pytest.skip(f"torch.compile cannot build CUDA kernels here: {reason}")
+    torch.manual_seed(0)
+    eager_net = tiny_conv_tree().to(cuda)
+    graphed_net = accelerate(copy.deepcopy(eager_net), cuda_graphs=True)
+    config = make_config("smoke", agent="actor", lr=0.01)
+    eager, graphed = ActorLearner(eager_net, config, cuda), ActorLearner(graphed_net, config, cuda)
+    for iteration in range(5):  # warm-up, recording, then replays
+        step = batch(iteration).to(cuda)
+        expected = eager.train_step(step, iteration)
+        begin_step(cuda_graphs=True)
+        got = graphed.train_step(step, iteration)
+        assert got == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    for (name, p), q in zip(eager_net.named_parameters(), graphed_net.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=lambda text, name=name: f"{name}: {text}")
 
 
 def test_compile_is_for_the_gradient_learners():

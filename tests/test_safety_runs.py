@@ -104,6 +104,7 @@ def finished(finished_logdir, tmp_path, capsys):
         (["--width", "10000"], "out of memory: --arch static-1 --width 10000"),
         (["--batch-size", "100000000"], "lower --batch-size to at most"),
         (["--dataset", "nonsense"], "unknown dataset 'nonsense'"),
+        (["--device", "cpu", "--cuda-graphs", "true"], "needs a CUDA device; this run trains on cpu: drop --cuda-graphs"),
         (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "nonsense"], "device"),
     ],
 )

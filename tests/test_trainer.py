@@ -149,3 +149,21 @@ def test_precision_is_checked_with_the_config():
         config(precision="fp8")
     with pytest.raises(ValueError, match="drop --precision"):
         make_config("smoke", agent="ppo", precision="bf16")
+
+
+def test_cuda_graphs_mark_where_every_training_step_begins(monkeypatch):
+    """With --cuda-graphs the trainer tells CUDA graph trees that a step begins before each
+    training step, and only then (a validation pass is no step)."""
+    events = []
+
+    class Recorder(PlainLearner):
+        def train_step(self, batch, iteration):
+            events.append("step")
+            return super().train_step(batch, iteration)
+
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: events.append("begin"))
+    fit(Recorder(config(cuda_graphs=True)), tiny_split(), tiny_split(9, 1), config(cuda_graphs=True))
+    assert events == ["begin", "step"] * 6
+    events.clear()
+    fit(Recorder(config()), tiny_split(), tiny_split(9, 1), config())
+    assert events == ["step"] * 6

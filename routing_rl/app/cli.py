@@ -79,6 +79,8 @@ HELP = {
     "talr": "throughput-adjusted learning rates (Section 4.5)",
     "channels_last": "convolutions in channels-last memory format: faster steps on CPUs, same results up to rounding",
     "compile": "torch.compile the full-tree step (compiles for minutes at the first step)",
+    "cuda_graphs": "CUDA only: compile the full-tree step (as --compile) and replay it as CUDA graphs, one launch per "
+                   "step instead of hundreds (torch.compile's reduce-overhead mode); same results up to rounding",
     "precision": "arithmetic of the training steps: float32, or bf16 (autocast; on CUDA and CPUs with native bf16: "
                  "faster, results change beyond rounding; evaluation stays float32)",
     "execution": "critics: training execution: " + ", ".join(EXECUTIONS) + " (default: full, every node on every image; "

@@ -46,7 +46,7 @@ from routing_rl.core.files import atomic_write_text, read_json, remove_stale_tem
 from routing_rl.core.k_cpt import check_k_cpt
 from routing_rl.core.lock import FolderLock, LockedError, describe, live_owner
 from routing_rl.core.seeds import manual_seed
-from routing_rl.training.acceleration import precision_context
+from routing_rl.training.acceleration import check_cuda_graphs, precision_context
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig
 from routing_rl.training.footprint import check_fits
@@ -390,6 +390,8 @@ def train(
         check_new_run_directory(run_dir, overwrite, writer=distributed is None or distributed.is_main)
     try:
         precision_context(device, config.precision)  # a precision this device emulates is refused before anything is written
+        if config.cuda_graphs:
+            check_cuda_graphs(device)
     except RuntimeError as error:
         raise RunError(str(error)) from None
     try:

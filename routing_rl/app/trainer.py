@@ -39,7 +39,7 @@ from routing_rl.training.distributed import Distributed
 from routing_rl.data import Split
 from routing_rl.data import augment as image_augment
 from routing_rl.envs.task import RoutingTask
-from routing_rl.training.acceleration import precision_context
+from routing_rl.training.acceleration import begin_step, precision_context
 from routing_rl.training.episodes import EpisodeSampler
 from routing_rl.training.evaluate import NonFiniteEvaluationError, evaluate
 from routing_rl.training.checkpoint import checkpoint_identity, random_states, restore_random_states
@@ -220,6 +220,7 @@ def fit(
             if distributed is not None:
                 shard = distributed.shard(examples)
                 batch = Split(batch.images[shard], batch.labels[shard], batch.source[shard])
+            begin_step(config.cuda_graphs)
             try:
                 with precision:
                     stats = learner.train_step(batch, state.iteration)

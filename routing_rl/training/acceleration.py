@@ -1,5 +1,5 @@
-"""Faster training steps with the same results up to float rounding: ``--channels-last`` and
-``--compile`` (machine settings: a resumed run may switch them).
+"""Faster training steps with the same results up to float rounding: ``--channels-last``,
+``--compile`` and ``--cuda-graphs`` (machine settings: a resumed run may switch them).
 
 * ``channels_last``: convolution weights in channels-last (NHWC) memory format, so every
   activation follows. The multiscale columns already put their maps in channels-last on the
@@ -10,8 +10,14 @@
   CUDA); the convolutions, most of a step on a CPU, stay library calls. The first step
   compiles (tens of seconds on a small CPU, once per process). Routed execution (sampled critics, evaluation)
   runs nodes on sub-batches whose size changes every call and stays eager.
+* ``cuda_graphs`` (CUDA only): the compiled full evaluation in ``torch.compile``'s
+  ``reduce-overhead`` mode, which records it as CUDA graphs and replays them: one launch per
+  forward and per backward instead of hundreds. The paper's nets are small, so a step on a
+  GPU is bound by the host launching kernels, not by the GPU computing them. The trainer
+  marks where each step begins (:func:`begin_step`), so a step's graph outputs are reused by
+  the next one only after the step has read them.
 
-Parameters, state dicts and checkpoints are the same with and without either option. What
+Parameters, state dicts and checkpoints are the same with and without any of these options. What
 they give on CPUs and GPUs (``benchmarks/run.py --only learners``): ``docs/results/speed.md``.
 
 ``--precision bf16`` is not a machine setting but part of the run: its training steps run
@@ -32,16 +38,37 @@ import torch
 from routing_rl.core.graph import RoutedNet
 
 
-def accelerate(net: RoutedNet, channels_last: bool = False, compile: bool = False) -> RoutedNet:
-    """Apply the options to ``net`` in place (on its device) and return it."""
+def accelerate(net: RoutedNet, channels_last: bool = False, compile: bool = False, cuda_graphs: bool = False) -> RoutedNet:
+    """Apply the options to ``net`` in place (on its device) and return it; ``cuda_graphs``
+    implies ``compile``."""
+    device = net.leaf_macs.device
+    if cuda_graphs:
+        check_cuda_graphs(device)
     if channels_last:
         net.to(memory_format=torch.channels_last)
-    if compile:
-        reason = compiler_missing(net.leaf_macs.device)
+    if compile or cuda_graphs:
+        reason = compiler_missing(device)
         if reason:
-            raise RuntimeError(f"--compile needs a compiler toolchain: {reason}; drop --compile")
-        net.compile()
+            flag = "--cuda-graphs" if cuda_graphs else "--compile"
+            raise RuntimeError(f"{flag} needs a compiler toolchain: {reason}; drop {flag}")
+        net.compile(mode="reduce-overhead" if cuda_graphs else None)
     return net
+
+
+def check_cuda_graphs(device: torch.device) -> None:
+    """Refuse ``--cuda-graphs`` where there are no CUDA graphs to replay."""
+    if device.type != "cuda":
+        raise RuntimeError(f"--cuda-graphs replays the training step as CUDA graphs and needs a CUDA device; this run "
+                           f"trains on {device.type}: drop --cuda-graphs (--compile compiles the step on any device)")
+
+
+def begin_step(cuda_graphs: bool) -> None:
+    """Call before each training step. With ``cuda_graphs``, tells torch's CUDA graph trees
+    that a new step begins, so they may overwrite the last step's graph outputs. Their own
+    guess (a new step at each compiled call with no backward pending) depends on what a
+    learner's step calls; the mark does not."""
+    if cuda_graphs:
+        torch.compiler.cudagraph_mark_step_begin()
 
 
 def compiler_missing(device: torch.device) -> str | None:

@@ -71,7 +71,7 @@ BEFORE_NESTING = {
 at its top level (:func:`nested` moves them)."""
 ARCHS_SHOWN = 16
 """Archs an unknown-arch error names (an image task has dozens of ResNet prefixes)."""
-RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile")
+RESUME_OVERRIDES = ("device", "data_dir", "download", "channels_last", "compile", "cuda_graphs")
 """Settings of the machine, not of the experiment: the only ones a resumed run may change."""
 
 PRESET_VALUES: dict[str, dict] = {
@@ -165,6 +165,7 @@ class TrainConfig:
     talr: bool = True
     channels_last: bool = False  # convolutions in NHWC memory format (faster on CPUs)
     compile: bool = False  # torch.compile of the full evaluation
+    cuda_graphs: bool = False  # CUDA only: the compiled full evaluation replays as CUDA graphs (implies compile)
     precision: str = "float32"  # training steps' arithmetic: float32, or bf16 autocast (acceleration.precision_context)
     exit_confidence: bool = False  # routers (and the env's observation) also read their exit heads' top softmax probability
     error_cost: str = "cross_entropy"
@@ -286,6 +287,9 @@ class TrainConfig:
                              "through the routing env, drop --precision")
         if self.compile and learner.trains_through_env:
             raise ValueError(f"--compile speeds up the gradient learners' steps; {self.agent} trains through the routing env, drop --compile")
+        if self.cuda_graphs and learner.trains_through_env:
+            raise ValueError(f"--cuda-graphs replays the gradient learners' steps; {self.agent} trains through the routing env, "
+                             "drop --cuda-graphs")
         if self.exit_confidence and not learner.routers:
             raise ValueError(f"--exit-confidence is read by routers and by the SB3 agents' observations; "
                              f"{self.agent!r} has neither: drop it")
