@@ -61,6 +61,8 @@ HELP = {
     "batch_size": "training images per iteration",
     "lr": "initial SGD learning rate (default: 0.1; the SB3 agents' joint training: 0.02)",
     "lr_half_life": "iterations for the learning rate to halve",
+    "lr_warmup": "iterations over which the learning rate rises linearly to its halving schedule, from 1/lr_warmup "
+                 "of it (0: none, the paper's); a deep net started at lr 0.1 on a short schedule may never recover",
     "momentum": "SGD momentum",
     "tau": "initial softmax temperature of the training routing policy (default: 1.0 actor, 0.1 critics)",
     "tau_half_life": "iterations for tau to halve",

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 import torch
 
 from routing_rl.agents.base import Learner
-from routing_rl.core.policies import halving
 from routing_rl.core.seeds import seeded_generator
 from routing_rl.training.config import TrainConfig
 from routing_rl.training.distributed import Distributed
@@ -45,6 +44,7 @@ from routing_rl.training.evaluate import NonFiniteEvaluationError, evaluate
 from routing_rl.training.checkpoint import checkpoint_identity, random_states, restore_random_states
 from routing_rl.training.guard import NonFiniteLossError, check_finite, diverged
 from routing_rl.training.interrupt import Interrupted, stop_between_steps, stop_requested
+from routing_rl.training.sgd import lr_schedule
 from routing_rl.training.monitor import HISTOGRAM_EXAMPLES, Monitor, evaluation_scalars
 
 LOG_EVERY = 10
@@ -275,7 +275,7 @@ def agreed_stop(distributed: Distributed | None) -> bool:
 
 def scheduled_lr(config: TrainConfig, iteration: int) -> float:
     """The learning rate the config schedules for ``iteration``, for messages."""
-    return halving(config.options.lr, iteration, config.lr_half_life)
+    return lr_schedule(config.options.lr, iteration, config.lr_half_life, config.lr_warmup)
 
 
 def finite(net: torch.nn.Module) -> bool:

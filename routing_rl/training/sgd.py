@@ -6,7 +6,9 @@
   copies them by name.
 * :class:`RoutedSGD` — SGD with momentum on a routed net:
 
-  - the learning rate halves continuously, ``lr · 0.5^(t / lr_half_life)``, ``t`` in optimiser steps;
+  - the learning rate halves continuously, ``lr · 0.5^(t / lr_half_life)``, ``t`` in optimiser steps,
+    and over the first ``lr_warmup`` steps (0 by default, as in the paper) rises linearly to that
+    schedule (:func:`lr_schedule`);
   - c_mod = k_L2 · Σ_nodes p̄_node · Σ_{w ∈ node} w²: L2 on the weights (not biases, not batch
     norm parameters) of each node's transform and router, weighted by ``p̄_node``, the
     stop-gradient mean over the batch of the probability that the training policy activates
@@ -45,11 +47,12 @@ from routing_rl.training.distributed import Distributed
 @dataclass(frozen=True)
 class SGDOptions:
     """SGD's settings. lr: initial learning rate; lr_half_life: optimiser steps for it to
-    halve; momentum; k_l2: weight of c_mod; talr: throughput-adjusted learning rates;
+    halve; lr_warmup: optimiser steps of its linear rise (0: none); momentum; k_l2: weight of c_mod; talr: throughput-adjusted learning rates;
     probability_floor: the smallest routing probability (bounds TALR's factors)."""
 
     lr: float = LR
     lr_half_life: float = TrainConfig.lr_half_life
+    lr_warmup: int = TrainConfig.lr_warmup
     momentum: float = TrainConfig.momentum
     k_l2: float = TrainConfig.k_l2
     talr: bool = TrainConfig.talr
@@ -63,6 +66,15 @@ class SGDOptions:
         settings = config.resolved_values()
         values = {f.name: settings[f.name] for f in dataclasses.fields(cls) if f.name in settings}
         return cls(**{**values, **overrides})
+
+
+def lr_schedule(lr: float, step: float, half_life: float, warmup: int = 0) -> float:
+    """``lr · 0.5^(step / half_life)``, times ``(step + 1) / warmup`` over the first ``warmup``
+    steps. The ramp is for deep nets at a high rate on a short schedule: started at full rate,
+    their first steps can leave them where the remaining, fast-halving steps cannot recover
+    them (docs/results/optimistic-critic.md)."""
+    ramp = min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+    return halving(lr, step, half_life) * ramp
 
 
 class RoutedSGD:
@@ -97,7 +109,7 @@ class RoutedSGD:
 
     def lr(self, step: float) -> float:
         """The learning rate at optimiser step ``step``."""
-        return halving(self.options.lr, step, self.options.lr_half_life)
+        return lr_schedule(self.options.lr, step, self.options.lr_half_life, self.options.lr_warmup)
 
     def c_mod(self, usage: torch.Tensor | None = None) -> torch.Tensor:
         """``k_L2 · Σ_k usage[k] · Σ w²`` over nodes in ``net.order``; ``usage`` ``(N,)``, None
