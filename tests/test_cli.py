@@ -169,7 +169,7 @@ def test_an_interrupted_run_resumes(tiny_data, cache, tmp_path, capsys, monkeypa
     with pytest.raises(SystemExit) as stop:
         main(["--resume", str(run_dir), "--lr", "0.5"])
     assert stop.value.code == 2
-    assert "only device, data_dir, download, channels_last, compile may change, not lr" in capsys.readouterr().err
+    assert "only device, data_dir, download, channels_last, compile, cuda_graphs may change, not lr" in capsys.readouterr().err
     assert main(["--resume", str(run_dir), "--device", "cpu"]) == 0
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert [entry["iteration"] for entry in metrics["history"]] == [2, 4]
