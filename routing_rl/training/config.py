@@ -102,7 +102,8 @@ COUNT = ((1, True), (math.inf, False), "a positive integer")
 RANGES = {  # field: ((low, inclusive), (high, inclusive), what to say)
     "width": COUNT, "n_envs": COUNT, "iterations": COUNT, "batch_size": COUNT, "eval_every": COUNT, "checkpoint_every": COUNT,
     "eval_examples": COUNT, "train_examples": COUNT, "seed": ((0, True), (MAX_SEED, True), "an integer in 0 ... 2**63 - 1"),
-    "lr": POSITIVE, "lr_half_life": POSITIVE, "lr_warmup": ((0, True), (math.inf, False), "an integer >= 0"), "tau": POSITIVE, "tau_half_life": POSITIVE,
+    "lr": POSITIVE, "lr_half_life": POSITIVE, "lr_warmup": ((0, True), (math.inf, False), "an integer >= 0"),
+    "tau": POSITIVE, "tau_half_life": POSITIVE,
     "epsilon_half_life": POSITIVE, "router_lr_scale": POSITIVE, "k_dec": NON_NEGATIVE, "k_ure": NON_NEGATIVE, "k_l2": NON_NEGATIVE,
     "momentum": ((0, True), (1, False), "in [0, 1)"),
     "epsilon": ((0, True), (1, True), "in [0, 1]"),

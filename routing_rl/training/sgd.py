@@ -47,8 +47,9 @@ from routing_rl.training.distributed import Distributed
 @dataclass(frozen=True)
 class SGDOptions:
     """SGD's settings. lr: initial learning rate; lr_half_life: optimiser steps for it to
-    halve; lr_warmup: optimiser steps of its linear rise (0: none); momentum; k_l2: weight of c_mod; talr: throughput-adjusted learning rates;
-    probability_floor: the smallest routing probability (bounds TALR's factors)."""
+    halve; lr_warmup: optimiser steps of its linear rise (0: none); momentum; k_l2: weight of
+    c_mod; talr: throughput-adjusted learning rates; probability_floor: the smallest routing
+    probability (bounds TALR's factors)."""
 
     lr: float = LR
     lr_half_life: float = TrainConfig.lr_half_life
