@@ -54,6 +54,11 @@ Linux a child process inherits its parent's peak through fork and exec.)
   ``*_fp64_update_difference``, the eager fp32 update against the same step in fp64, the
   scale of float rounding in that step (BN'd columns at initialisation on random labels make
   it about 1%, not 1e-6).
+* ``actor_sure_routers_flush_speedup`` (CPU) — an actor step on the chain whose every router
+  exits with a logit margin of :data:`SURE_MARGIN` (as a high-k_cpt actor's routers end up):
+  step time computing subnormal floats / step time with them flushed to zero, as every run
+  does (:func:`~routing_rl.training.acceleration.flush_denormals`); the same learner in
+  turns. ``actor_sure_routers_*_step_seconds`` beside it.
 * ``{static8,actor_chain,resnet20_exits}_convolution_share`` (CPU) — the share of an eager step's time spent
   in the convolutions, forward and backward (their operators' own time in ``torch.profiler``,
   median over a few steps); ``*_speedup_bound`` = 1 / that share: the
@@ -62,6 +67,7 @@ Linux a child process inherits its parent's peak through fork and exec.)
 
     python benchmarks/bench_learners.py            # prints the JSON result, on the CPU
     python benchmarks/bench_learners.py --only-accelerated --device cuda --repeats 50
+    python benchmarks/bench_learners.py --only-flush
 """
 
 from __future__ import annotations
@@ -140,6 +146,42 @@ class _CudaGraphs:
     def train_step(self, batch, iteration):
         begin_step(cuda_graphs=True)
         return self.learner.train_step(batch, iteration)
+
+
+SURE_MARGIN = 20.0
+"""Exit logit over continue at every junction: the deeper paths' probabilities, products of
+e^-20 per junction, fall through float32's subnormal range from the fourth column on."""
+
+
+class _Subnormals:
+    """A learner whose steps compute subnormal floats (``keep``) or flush them to zero."""
+
+    def __init__(self, learner, keep: bool):
+        self.learner, self.keep = learner, keep
+
+    def train_step(self, batch, iteration):
+        torch.set_flush_denormal(not self.keep)
+        return self.learner.train_step(batch, iteration)
+
+
+def sure_routers_flush(device: torch.device, repeats: int) -> dict:
+    """An actor chain with sure routers, stepped in turns with subnormals kept and flushed.
+    Leaves subnormals flushed, as a run does."""
+    if not torch.set_flush_denormal(True):
+        return {"actor_sure_routers_flush_speedup": None}  # this CPU cannot flush them
+    torch.manual_seed(0)
+    learner = _learner(device, agent="actor", arch="chain")
+    with torch.no_grad():
+        for name in learner.net.junctions:
+            last = learner.net.nodes[name].router.layers[-1]
+            last.weight.zero_()
+            last.bias.copy_(torch.tensor([SURE_MARGIN, 0.0]))
+    times = _alternating_step_seconds({"kept": _Subnormals(learner, keep=True), "flushed": _Subnormals(learner, keep=False)},
+                                      device, repeats)
+    torch.set_flush_denormal(True)
+    return {"actor_sure_routers_kept_step_seconds": statistics.median(times["kept"]),
+            "actor_sure_routers_flushed_step_seconds": statistics.median(times["flushed"]),
+            "actor_sure_routers_flush_speedup": _ratio(times, "kept", "flushed")}
 
 
 def _accelerated_learner(device: torch.device, mode: str, overrides: dict):
@@ -316,6 +358,7 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
             {mode: _learner(device, **CRITIC_MODES[mode]) for mode in ("chain-full", "chain-sampled", "chain-deep")},
             device, repeats)
         accelerated = accelerated_comparison(device, repeats)
+        flushed = sure_routers_flush(device, repeats) if device.type == "cpu" else {}
         agents = sb3_throughput(device, tree_repeats)
         step_threads = torch.get_num_threads()
     finally:
@@ -349,6 +392,7 @@ def run(device: torch.device, repeats: int = 7, tree_repeats: int = 4) -> dict:
         "chain_deep_vs_full_peak_memory_ratio": memory["chain-deep"]["peak_bytes"] / memory["chain-full"]["peak_bytes"],
         "peak_memory_method": memory["full"]["method"],
         **accelerated,
+        **flushed,
         **agents,
         "compile_skipped": compiler_missing(device),
         "targets": "actor_step_ratio <= 1.3; sampled_vs_full_step_ratio < 1; sampled_vs_full_peak_memory_ratio < 1; "
@@ -400,6 +444,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--memory-probe", choices=sorted(CRITIC_MODES), help=argparse.SUPPRESS)
     parser.add_argument("--only-accelerated", action="store_true", help="only eager against --channels-last/--compile, current threads")
+    parser.add_argument("--only-flush", action="store_true", help="only the actor with sure routers, subnormals kept and flushed")
     parser.add_argument("--repeats", type=int, default=7, help="timed steps per learner (default: 7)")
     parser.add_argument("--modes", nargs="+", choices=[*ACCELERATIONS, "bf16_autocast", "cuda_graphs"],
                         help="with --only-accelerated: these only")
@@ -409,6 +454,9 @@ def main() -> None:
         result = memory_probe(args.memory_probe, device)
     elif args.only_accelerated:
         result = {"device": str(device), "threads": torch.get_num_threads(), **accelerated_comparison(device, args.repeats, args.modes and tuple(args.modes))}
+    elif args.only_flush:
+        torch.set_num_threads(1)
+        result = {"device": str(device), "step_threads": 1, **sure_routers_flush(device, args.repeats)}
     else:
         result = run(device, args.repeats)
     print(json.dumps(result, indent=None if args.memory_probe else 1))

@@ -10,7 +10,7 @@ from routing_rl.agents.actor import ActorLearner
 from routing_rl.core.graph import Node, RoutedNet
 from routing_rl.data import Split
 from routing_rl.nets.router import Router
-from routing_rl.training.acceleration import accelerate, begin_step, compiler_missing
+from routing_rl.training.acceleration import accelerate, begin_step, compiler_missing, flush_denormals
 from routing_rl.training.config import make_config
 
 CPU = torch.device("cpu")
@@ -121,3 +121,60 @@ def test_a_compiled_column_pools_by_pairwise_maxima_with_eager_gradients():
     scale = max(float(p.grad.abs().max()) for p in eager.parameters())
     for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5 * scale, msg=lambda text, name=name: f"{name}: {text}")
+
+
+TINY = torch.finfo(torch.float32).tiny  # the smallest normal float32
+
+
+def subnormals_survive() -> bool:
+    """Whether a float32 product of subnormal size comes out non-zero on this thread."""
+    return (torch.tensor([1e-30]) * torch.tensor([1e-9])).item() != 0
+
+
+@pytest.fixture
+def subnormals_kept():
+    """Subnormals computed, as in a fresh process; and so again after the test."""
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush subnormals to zero")
+    torch.set_flush_denormal(False)
+    yield
+    torch.set_flush_denormal(False)
+
+
+def sure_actor_step() -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One actor step on the tiny tree whose router exits with logit margin 100 (the deeper
+    path's probability e^-100, under float32's smallest normal): the gradients and weights."""
+    torch.manual_seed(0)
+    net = tiny_conv_tree()
+    last = net.nodes["root"].router.layers[-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([100.0, 0.0]))
+    ActorLearner(net, make_config("smoke", agent="actor", lr=0.01), CPU).train_step(batch(0), 0)
+    return ({name: p.grad.clone() for name, p in net.named_parameters() if p.grad is not None},
+            {name: p.detach().clone() for name, p in net.named_parameters()})
+
+
+def test_a_sure_routers_gradient_is_subnormal_until_flushed(subnormals_kept):
+    def subnormal(tensors):
+        return {name: int(((t.abs() < TINY) & (t != 0)).sum()) for name, t in tensors.items() if ((t.abs() < TINY) & (t != 0)).any()}
+
+    assert subnormals_survive()
+    kept_grads, kept_weights = sure_actor_step()
+    assert subnormal(kept_grads), "the router's gradient is scaled by the tiny probability of the path it declines"
+    flush_denormals()
+    assert not subnormals_survive()
+    flushed_grads, flushed_weights = sure_actor_step()
+    assert not subnormal(flushed_grads)
+    for name, weight in kept_weights.items():  # what the subnormals carried is below the weights' rounding
+        torch.testing.assert_close(flushed_weights[name], weight, rtol=0, atol=0, msg=name)
+
+
+def test_a_run_flushes_subnormals_on_the_cpu(subnormals_kept, tiny_data, tmp_path, monkeypatch):
+    from routing_rl.app.runs import train
+
+    monkeypatch.setenv("ROUTING_RL_CACHE", str(tmp_path / "cache"))
+    config = make_config("smoke", agent="actor", iterations=2, eval_every=2, checkpoint_every=2, data_dir=str(tiny_data),
+                         download=False, validation_fraction=0.4, device="cpu", logdir=str(tmp_path), run_name="run")
+    train(config)
+    assert not subnormals_survive()

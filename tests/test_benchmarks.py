@@ -138,6 +138,22 @@ def test_the_cpu_step_comparison_bounds_every_fp32_speedup_by_the_convolutions_s
     assert 0 < bench_learners.convolution_share(learner, torch.device("cpu"), steps=1) < 1
 
 
+def test_the_sure_router_benchmark_steps_one_actor_with_subnormals_kept_and_flushed(monkeypatch):
+    import bench_learners
+
+    monkeypatch.setattr(bench_learners, "BATCH_SIZE", 4)
+    try:
+        out = bench_learners.sure_routers_flush(torch.device("cpu"), repeats=1)
+        if out["actor_sure_routers_flush_speedup"] is None:
+            pytest.skip("this CPU cannot flush subnormals to zero")
+        assert (torch.tensor([1e-30]) * torch.tensor([1e-9])).item() == 0, "left flushed, as a run leaves it"
+    finally:
+        torch.set_flush_denormal(False)
+    kept, flushed = out["actor_sure_routers_kept_step_seconds"], out["actor_sure_routers_flushed_step_seconds"]
+    assert kept > 0 and flushed > 0
+    assert out["actor_sure_routers_flush_speedup"] == pytest.approx(kept / flushed)
+
+
 def test_the_step_comparison_measures_each_mode_against_eager_and_eager_against_fp64(monkeypatch):
     import bench_learners
 

@@ -46,7 +46,7 @@ from routing_rl.core.files import atomic_write_text, read_json, remove_stale_tem
 from routing_rl.core.k_cpt import check_k_cpt
 from routing_rl.core.lock import FolderLock, LockedError, describe, live_owner
 from routing_rl.core.seeds import manual_seed
-from routing_rl.training.acceleration import check_cuda_graphs, precision_context
+from routing_rl.training.acceleration import check_cuda_graphs, flush_denormals, precision_context
 from routing_rl.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from routing_rl.training.config import RESUME_OVERRIDES, TrainConfig
 from routing_rl.training.footprint import check_fits
@@ -365,6 +365,7 @@ def train(
     settings (:data:`~routing_rl.training.config.RESUME_OVERRIDES`), e.g. to continue on another device.
     Resuming a complete run returns its metrics and trains nothing.
     """
+    flush_denormals()  # first: the intra-op threads started after it inherit it
     if resume is not None:
         run_dir = Path(resume)
         check_not_a_link(run_dir)

@@ -26,6 +26,9 @@ reductions, losses and the weights in float32. It changes results beyond float r
 resumed run keeps it; evaluation, batch-norm recalibration and checkpoints stay float32. It
 pays on CUDA and on CPUs that compute bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 is
 emulated and slower than float32, and the option is refused.
+
+Every run also flushes subnormal floats to zero on the CPU (:func:`flush_denormals`): no
+option, since nothing a float32 weight can hold changes by it.
 """
 
 from __future__ import annotations
@@ -53,6 +56,21 @@ def accelerate(net: RoutedNet, channels_last: bool = False, compile: bool = Fals
             raise RuntimeError(f"{flag} needs a compiler toolchain: {reason}; drop {flag}")
         net.compile(mode="reduce-overhead" if cuda_graphs else None)
     return net
+
+
+def flush_denormals() -> None:
+    """Have the CPU's float arithmetic treat subnormal numbers (magnitudes under 1.2e-38 in
+    float32) as zero, in this thread and the intra-op threads it starts from now on.
+
+    x86 CPUs compute with subnormals through microcode assists, dozens of times slower per
+    operation. A router sure of its choice makes them by the tensor: the actor weighs each
+    deep head's loss by its path's probability, and once a high-k_cpt actor's routers exit
+    early that probability is tiny, so the whole backward pass through the deep columns runs
+    on subnormals (a step 5× slower, ``benchmarks/bench_learners.py``
+    ``actor_sure_routers_flush_speedup``). What they carry is far below the rounding of the
+    float32 weights they update. Call it before the first multi-threaded operation: threads
+    already started keep their own setting. GPUs compute subnormals at full speed."""
+    torch.set_flush_denormal(True)
 
 
 def check_cuda_graphs(device: torch.device) -> None:
