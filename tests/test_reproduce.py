@@ -51,6 +51,32 @@ def test_margin_is_over_the_best_static_net_at_no_more_macs_of_the_same_data_and
     assert results.mean_margin(actor, 0) == pytest.approx(-2.0)
 
 
+def test_a_seeds_margin_waits_for_all_its_runs_and_its_static_nets(tmp_path):
+    from routing_rl.training.config import TrainConfig
+    static, actor = Series("static nets", "static"), Series("actor", "actor")
+
+    def planned(series, seed, name, accuracy, macs, arch="chain", k_cpt=4e-9, finished=True):
+        config = TrainConfig(logdir=str(tmp_path), run_name=name, seed=seed, arch=arch, k_cpt=k_cpt)
+        if finished:
+            (tmp_path / name).mkdir()
+            run = {"arch": arch, "history": [], "test": [{"accuracy": accuracy, "mean_macs": macs}]}
+            (tmp_path / name / "metrics.json").write_text(json.dumps(run))
+        return series, config
+
+    runs = [planned(static, seed, f"s1-{seed}", 0.80, 1e6, "static-1") for seed in (0, 1, 2)]
+    runs += [planned(static, 0, "s2-0", 0.90, 5e6, "static-2"), planned(static, 1, "s2-1", 0.90, 5e6, "static-2"),
+             planned(static, 2, "s2-2", 0.90, 5e6, "static-2", finished=False)]  # seed 2's frontier is incomplete
+    runs += [planned(actor, 0, "a-k4-0", 0.92, 6e6), planned(actor, 0, "a-k0-0", 0.95, 6e6, k_cpt=0.0),
+             planned(actor, 1, "a-k4-1", 0.92, 6e6), planned(actor, 1, "a-k0-1", 0.95, 6e6, k_cpt=0.0, finished=False),
+             planned(actor, 2, "a-k4-2", 0.92, 6e6), planned(actor, 2, "a-k0-2", 0.95, 6e6, k_cpt=0.0)]
+    results = reproduce.read_results(runs, k_cpts=(0.0, 4e-9))
+    assert len(results.missing) == 2
+    assert results.mean_margin(actor, 0) == pytest.approx(3.5)
+    assert results.mean_margin(actor, 1) is None  # its k_cpt 0 run is unfinished
+    assert results.mean_margin(actor, 2) is None  # static-2 of its seed is unfinished: its frontier would read 80%
+    assert results.frontier_margin(results.of(actor, 1)[0]) == pytest.approx(2.0)  # the finished point still shows
+
+
 def test_a_static_net_at_several_learning_rates_is_the_one_best_on_validation_per_seed():
     static, actor = Series("static nets", "static"), Series("actor", "actor")
     tagged = Series("static nets", "static", tag="-lr0.02")

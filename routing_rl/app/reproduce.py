@@ -216,11 +216,23 @@ class Point:
     run_dir: Path | None = None
 
 
-class Results:
-    """The finished runs of a figure, as points."""
+def _unfinished_key(series: Series) -> tuple[str, str]:
+    """A series as :class:`Results` tracks its unfinished seeds: the static nets of a base
+    share one key, since a missing net changes the frontier every learner is measured against."""
+    return ("static nets", series.base) if series.agent == "static" else (series.label, series.folder)
 
-    def __init__(self, points: list[Point], missing: list[str]):
-        self.points, self.missing = points, missing
+
+class Results:
+    """The finished runs of a figure, as points.
+
+    missing: the unfinished runs' names; unfinished: (``_unfinished_key``, seed) of each series
+    with a planned run not finished — a seed's margin waits for all of its series' k_cpts and
+    for all of its static nets, so that a report read mid-sweep is not biased by whichever
+    runs happened to finish first.
+    """
+
+    def __init__(self, points: list[Point], missing: list[str], unfinished: frozenset = frozenset()):
+        self.points, self.missing, self.unfinished = points, missing, unfinished
 
     def of(self, series: Series, seed: int | None = None) -> list[Point]:
         return [p for p in self.points if p.series == series and (seed is None or p.seed == seed)]
@@ -247,7 +259,10 @@ class Results:
         return None if frontier is None else 100 * (point.accuracy - frontier)
 
     def mean_margin(self, series: Series, seed: int, k_cpts: Sequence[float] | None = None) -> float | None:
-        """The series' mean margin over the static frontier at ``k_cpts`` (default: all)."""
+        """The series' mean margin over the static frontier at ``k_cpts`` (default: all); None
+        while a run of the series or of its static nets at this seed is unfinished."""
+        if {(_unfinished_key(series), seed), (("static nets", series.base), seed)} & self.unfinished:
+            return None
         margins = [self.frontier_margin(p) for p in self.of(series, seed) if k_cpts is None or p.k_cpt in k_cpts]
         margins = [m for m in margins if m is not None]
         return statistics.fmean(margins) if margins else None
@@ -259,11 +274,12 @@ class Results:
 
 def read_results(planned: Sequence[tuple[Series, TrainConfig]], k_cpts: Sequence[float] = K_CPTS) -> Results:
     """The points of the finished runs among ``planned``; the others are named as missing."""
-    points, missing = [], []
+    points, missing, unfinished = [], [], set()
     for series, config in planned:
         path = Path(config.logdir) / config.run_name / METRICS_FILE
         if not path.is_file():
             missing.append(f"{series.folder}/{config.run_name}")
+            unfinished.add((_unfinished_key(series), config.seed))
             continue
         run = json.loads(path.read_text())
         for evaluation in run["test"]:
@@ -275,7 +291,7 @@ def read_results(planned: Sequence[tuple[Series, TrainConfig]], k_cpts: Sequence
                 k_cpt = nominal_k_cpt(series, config.k_cpt, k_cpts)
             points.append(Point(series, config.seed, k_cpt, evaluation["accuracy"], evaluation["mean_macs"], run, evaluation,
                                 path.parent))
-    return Results(best_static_lr(points), missing)
+    return Results(best_static_lr(points), missing, frozenset(unfinished))
 
 
 def best_static_lr(points: list[Point]) -> list[Point]:
