@@ -52,11 +52,10 @@ def test_margin_is_over_the_best_static_net_at_no_more_macs_of_the_same_data_and
 
 
 def test_a_seeds_margin_waits_for_all_its_runs_and_its_static_nets(tmp_path):
-    from routing_rl.training.config import TrainConfig
     static, actor = Series("static nets", "static"), Series("actor", "actor")
 
     def planned(series, seed, name, accuracy, macs, arch="chain", k_cpt=4e-9, finished=True):
-        config = TrainConfig(logdir=str(tmp_path), run_name=name, seed=seed, arch=arch, k_cpt=k_cpt)
+        config = reproduce.TrainConfig(logdir=str(tmp_path), run_name=name, seed=seed, arch=arch, k_cpt=k_cpt)
         if finished:
             (tmp_path / name).mkdir()
             run = {"arch": arch, "history": [], "test": [{"accuracy": accuracy, "mean_macs": macs}]}
@@ -74,7 +73,9 @@ def test_a_seeds_margin_waits_for_all_its_runs_and_its_static_nets(tmp_path):
     assert results.mean_margin(actor, 0) == pytest.approx(3.5)
     assert results.mean_margin(actor, 1) is None  # its k_cpt 0 run is unfinished
     assert results.mean_margin(actor, 2) is None  # static-2 of its seed is unfinished: its frontier would read 80%
-    assert results.frontier_margin(results.of(actor, 1)[0]) == pytest.approx(2.0)  # the finished point still shows
+    finished = [p for p in results.points if p.series == actor and p.seed == 1]
+    assert results.frontier_margin(finished[0]) == pytest.approx(2.0)  # the finished point still shows in the tables
+    assert results.of(static, 2) == [] and len(results.of(static, 1)) == 2  # the overfitting claim waits for seed 2 too
 
 
 def test_a_static_net_at_several_learning_rates_is_the_one_best_on_validation_per_seed():

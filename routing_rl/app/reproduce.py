@@ -216,25 +216,33 @@ class Point:
     run_dir: Path | None = None
 
 
+def _frontier_key(base: str) -> tuple[str, str]:
+    """The static nets of a base (``hybrid-w1``) as :class:`Results` tracks their unfinished
+    seeds: one key for all of them, since a missing net changes the frontier of every learner."""
+    return ("static nets", base)
+
+
 def _unfinished_key(series: Series) -> tuple[str, str]:
-    """A series as :class:`Results` tracks its unfinished seeds: the static nets of a base
-    share one key, since a missing net changes the frontier every learner is measured against."""
-    return ("static nets", series.base) if series.agent == "static" else (series.label, series.folder)
+    return _frontier_key(series.base) if series.agent == "static" else (series.label, series.folder)
 
 
 class Results:
     """The finished runs of a figure, as points.
 
     missing: the unfinished runs' names; unfinished: (``_unfinished_key``, seed) of each series
-    with a planned run not finished — a seed's margin waits for all of its series' k_cpts and
-    for all of its static nets, so that a report read mid-sweep is not biased by whichever
-    runs happened to finish first.
+    with a planned run not finished. A claim reads a seed's points only once all of that seed's
+    runs of the series and all of its static nets have finished (:meth:`of`), so that a report
+    read mid-sweep is not biased by whichever runs happened to finish first.
     """
 
     def __init__(self, points: list[Point], missing: list[str], unfinished: frozenset = frozenset()):
         self.points, self.missing, self.unfinished = points, missing, unfinished
 
     def of(self, series: Series, seed: int | None = None) -> list[Point]:
+        """The series' points; of one seed, none until that seed's runs of the series and its
+        static nets have all finished."""
+        if seed is not None and {(_unfinished_key(series), seed), (_frontier_key(series.base), seed)} & self.unfinished:
+            return []
         return [p for p in self.points if p.series == series and (seed is None or p.seed == seed)]
 
     def seeds(self) -> list[int]:
@@ -259,10 +267,7 @@ class Results:
         return None if frontier is None else 100 * (point.accuracy - frontier)
 
     def mean_margin(self, series: Series, seed: int, k_cpts: Sequence[float] | None = None) -> float | None:
-        """The series' mean margin over the static frontier at ``k_cpts`` (default: all); None
-        while a run of the series or of its static nets at this seed is unfinished."""
-        if {(_unfinished_key(series), seed), (("static nets", series.base), seed)} & self.unfinished:
-            return None
+        """The series' mean margin over the static frontier at ``k_cpts`` (default: all)."""
         margins = [self.frontier_margin(p) for p in self.of(series, seed) if k_cpts is None or p.k_cpt in k_cpts]
         margins = [m for m in margins if m is not None]
         return statistics.fmean(margins) if margins else None
