@@ -95,6 +95,23 @@ def exit_positions(confidence: torch.Tensor, thresholds: torch.Tensor) -> torch.
     return (confidence >= bar).int().argmax(1)
 
 
+def budgeted_thresholds(confidence: torch.Tensor, head_cost: torch.Tensor, budget: float) -> torch.Tensor:
+    """``(K-1,)`` MSDNet's budgeted-batch thresholds: those of the geometric exit shares
+    (:func:`geometric_fractions`) with the largest ``q`` whose mean cost over the examples of
+    ``confidence`` ``(N, K)`` stays within ``budget``; ``head_cost`` ``(K,)`` is each head's
+    cost, heads in depth order. It reads only confidences, so any trained chain's heads can be
+    routed by it, not only this learner's."""
+    def fitted(log_q: float) -> torch.Tensor:
+        return thresholds_for_fractions(confidence, geometric_fractions(math.exp(log_q), confidence.shape[1]))
+
+    low, high = LOG_Q_RANGE
+    for _ in range(BISECTION_STEPS):
+        middle = (low + high) / 2
+        within = float(head_cost[exit_positions(confidence, fitted(middle))].mean()) <= budget
+        low, high = (middle, high) if within else (low, middle)
+    return fitted(low)
+
+
 class _ScaleGradient(torch.autograd.Function):
     @staticmethod
     def forward(ctx, share: float, *tensors: torch.Tensor):
@@ -218,20 +235,10 @@ class ThresholdLearner(SGDLearner):
         and ``mean_macs`` they give on ``validation``. Does not change :attr:`thresholds`.
         ``measured``: :meth:`confidences` of ``validation``, when already computed."""
         confidence, correct = measured if measured is not None else self.confidences(validation)
-
-        def outcome(log_q: float) -> tuple[torch.Tensor, torch.Tensor, float]:
-            thresholds = thresholds_for_fractions(confidence, geometric_fractions(math.exp(log_q), len(self.chain_leaves)))
-            position = exit_positions(confidence, thresholds)
-            return thresholds, position, float(self.chain_leaf_cost[position].mean())
-
         results = []
         for budget in budgets:
-            low, high = LOG_Q_RANGE
-            for _ in range(BISECTION_STEPS):
-                middle = (low + high) / 2
-                low, high = (middle, high) if outcome(middle)[2] <= budget else (low, middle)
-            thresholds, position, _ = outcome(low)
-            results.append(self._outcome(float(budget), thresholds, position, correct))
+            thresholds = budgeted_thresholds(confidence, self.chain_leaf_cost, budget)
+            results.append(self._outcome(float(budget), thresholds, exit_positions(confidence, thresholds), correct))
         return results
 
     def fit_to_cost(self, validation: Split, k_cpt: float, start: torch.Tensor, measured: tuple | None = None) -> dict:
