@@ -302,6 +302,24 @@ def test_the_first_seeds_static_nets_train_before_the_later_seeds_are_planned(tm
     assert {agent for agent, *_ in sweeps[2]} > {"static"}
 
 
+def test_a_figure_can_train_more_seeds_than_the_others_and_shares_its_runs_with_them(tmp_path, capsys):
+    assert reproduce.main(["--dry-run", "--figure", "hybrid", "trees", "--seeds", "0", "--figure-seeds", "hybrid=0,1",
+                           "--static", "1", "--static-lr", "0.1", "--k-cpts", "0", "--logdir", str(tmp_path)]) == 0
+    hybrid, trees = capsys.readouterr().out.split("trees:")
+    seeds = lambda text: {line.split()[0].rsplit("-s", 1)[1] for line in text.splitlines() if line.startswith("  ")}
+    assert seeds(hybrid) == {"0", "1"} and seeds(trees.split("|")[0]) == {"0"}
+    assert "  hybrid-w1/actor-chain-k0-s0" in trees, "the chain actor of seed 0 is one run of both figures"
+
+
+@pytest.mark.parametrize("pairs, problem", [(["trees=0,1"], "not among the figures chosen"),
+                                            (["hybrid=1,2"], "must hold seed 0"),
+                                            (["hybrid=0;1"], "whole numbers separated by commas")])
+def test_figure_seeds_that_cannot_be_planned_are_refused_before_anything_trains(tmp_path, capsys, pairs, problem):
+    assert reproduce.main(["--dry-run", "--figure", "hybrid", "--seeds", "0", "--figure-seeds", *pairs,
+                           "--logdir", str(tmp_path)]) != 0
+    assert problem in capsys.readouterr().err and not any(tmp_path.iterdir())
+
+
 def test_figures_share_their_runs_and_a_dry_run_trains_nothing(tmp_path, capsys):
     assert reproduce.main(["--dry-run", "--figure", "all", "--seeds", "0", "--logdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -2,6 +2,7 @@
 
     python experiments/reproduce_paper.py --figure hybrid --preset cpu-small --seeds 0 1 2
     python experiments/reproduce_paper.py --figure all --dry-run          # the runs and their budget
+    python experiments/reproduce_paper.py --figure hybrid trees --figure-seeds hybrid=0,1,2,3,4
 
 Each figure is a declarative list of :class:`Series` (static nets 1–8, or a learner at every
 k_cpt, with its settings: dataset, width, arch, k_dec, TALR). Every series becomes
@@ -609,23 +610,25 @@ def purity(points: Sequence[Point]) -> float | None:
 
 def plan_runs(chosen: Sequence[Figure], preset: str, seeds: Sequence[int], k_cpts: Sequence[float],
               static_columns: Sequence[int], static_lrs: dict[str, Sequence[float | None]], logdir: Path,
-              machine: dict, lr_choices: dict[tuple[str, str], float] | None = None
-              ) -> dict[str, list[tuple[Series, TrainConfig]]]:
+              machine: dict, lr_choices: dict[tuple[str, str], float] | None = None,
+              figure_seeds: dict[str, Sequence[int]] | None = None) -> dict[str, list[tuple[Series, TrainConfig]]]:
     """Every figure's (series, config) pairs; a run shared by figures has one config.
 
-    A static net of the first seed is trained at each of ``static_lrs[folder]``; of a later
-    seed, only at ``lr_choices[(folder, arch)]`` (:func:`static_lr_choices`) where the first
-    seed has chosen, else at each too."""
+    A figure trains ``figure_seeds[name]`` where given (a claim that needs more seeds than the
+    others), else ``seeds``. A static net of the first of ``seeds`` is trained at each of
+    ``static_lrs[folder]``; of a later seed, only at ``lr_choices[(folder, arch)]``
+    (:func:`static_lr_choices`) where the first seed has chosen, else at each too."""
     planned = {}
     lr_choices = lr_choices or {}
     for figure in chosen:
         pairs = []
+        its_seeds = (figure_seeds or {}).get(figure.name, seeds)
         for series in figure.series:
             if series.agent == "static":  # one folder per learning rate, the first untagged
                 for i, lr in enumerate(static_lrs.get(series.folder) or [None]):
                     tagged = dataclasses.replace(series, tag=f"-lr{lr:g}" if i else "")
                     fields = {**machine, **series.settings, "logdir": str(logdir / tagged.folder)}
-                    for seed in seeds:
+                    for seed in its_seeds:
                         columns = [n for n in static_columns
                                    if seed == seeds[0] or lr_choices.get((series.folder, f"static-{n}"), lr) == lr]
                         pairs += [(tagged, config) for config in
@@ -633,7 +636,7 @@ def plan_runs(chosen: Sequence[Figure], preset: str, seeds: Sequence[int], k_cpt
             else:
                 fields = {**PAPER_LEARNERS, **machine, **series.settings, "logdir": str(logdir / series.folder)}
                 scaled = ["dynamic"] if series.dynamic else [k * series.k_cpt_scale for k in k_cpts]
-                pairs += [(series, config) for config in sweep_configs([series.agent], scaled, seeds, preset=preset, **fields)]
+                pairs += [(series, config) for config in sweep_configs([series.agent], scaled, its_seeds, preset=preset, **fields)]
         planned[figure.name] = pairs
     return planned
 
@@ -971,6 +974,10 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
     parser.add_argument("--preset", default="cpu-small", help="schedule of every run (default: cpu-small)")
     add_schedule_arguments(parser)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds (default: 0 1 2)")
+    parser.add_argument("--figure-seeds", nargs="+", default=[], metavar="FIGURE=SEEDS",
+                        help="a figure's seeds in place of --seeds, comma-separated (e.g. hybrid=0,1,2,3,4 where its "
+                             "claims need more seeds than the others'); each list holds the first of --seeds, whose "
+                             "static nets choose the learning rates")
     parser.add_argument("--k-cpts", nargs="+", type=float, default=list(K_CPTS), help=f"k_cpt values (default: {K_CPTS})")
     parser.add_argument("--static", nargs="+", type=int, default=list(STATIC_COLUMNS), help="static nets by columns (default: 1..8)")
     parser.add_argument("--widths", nargs="+", type=int, default=[1, 2, 3], help="capacity figure widths (default: 1 2 3)")
@@ -997,10 +1004,30 @@ def main(argv: list[str] | None = None, prog: str = "reproduce_paper.py") -> int
     return exit_status(parser.prog, lambda: _reproduce(args, parser.prog))
 
 
-def schedule_flags(args) -> list[str]:
-    """The flags that decide which runs a figure has and how they train (not where they train),
-    so that the report's commands reproduce its numbers."""
-    flags = ["--preset", args.preset, "--seeds", *map(str, args.seeds), "--k-cpts", *(f"{k:g}" for k in args.k_cpts),
+def parse_figure_seeds(pairs: Sequence[str], chosen: Sequence[str], first_seed: int) -> dict[str, list[int]]:
+    """``--figure-seeds`` pairs (``hybrid=0,1,2,3,4``) as figure name → seeds."""
+    out = {}
+    for pair in pairs:
+        name, _, text = pair.partition("=")
+        if name not in chosen:
+            raise RunError(f"--figure-seeds {pair!r}: {name!r} is not among the figures chosen ({', '.join(chosen)}); "
+                           "give FIGURE=SEEDS for one of them, e.g. hybrid=0,1,2,3,4")
+        try:
+            seeds = list(dict.fromkeys(int(seed) for seed in text.split(",")))
+        except ValueError:
+            raise RunError(f"--figure-seeds {pair!r}: seeds are whole numbers separated by commas, e.g. "
+                           f"{name}=0,1,2,3,4") from None
+        if first_seed not in seeds:
+            raise RunError(f"--figure-seeds {pair!r} must hold seed {first_seed}, the first of --seeds: its static "
+                           "nets choose every later seed's learning rate")
+        out[name] = seeds
+    return out
+
+
+def schedule_flags(args, seeds: Sequence[int]) -> list[str]:
+    """The flags that decide which runs a figure of ``seeds`` has and how they train (not where
+    they train), so that the report's commands reproduce its numbers."""
+    flags = ["--preset", args.preset, "--seeds", *map(str, seeds), "--k-cpts", *(f"{k:g}" for k in args.k_cpts),
              "--static", *map(str, args.static)]
     if args.iterations:
         flags += ["--iterations", str(args.iterations)]
@@ -1031,14 +1058,17 @@ def _reproduce(args, prog: str) -> int:
     check_out_folder(Path(args.report).parent, "--report's folder")
     catalogue = figures(sorted(args.k_cpts), sorted(args.widths))
     chosen = [catalogue[n] for n in (catalogue if "all" in args.figure else dict.fromkeys(args.figure))]
+    seeds_of = parse_figure_seeds(args.figure_seeds, [f.name for f in chosen], args.seeds[0])
+    later_seeds = [s for s in dict.fromkeys([*args.seeds, *(s for seeds in seeds_of.values() for s in seeds)])
+                   if s != args.seeds[0]]
     logdir = Path(args.logdir)
     machine = {"data_dir": args.data_dir, "device": args.device,
                **schedule_fields(args, SET_BY_FLAG, "the reproduction")}
     statics = {s.folder: s for f in chosen for s in f.series if s.agent == "static"}
     lr_of = {folder: ([None] if args.static_lr == "auto" else args.static_lr) for folder in statics}
     plan = functools.partial(plan_runs, chosen, args.preset, k_cpts=sorted(args.k_cpts), static_columns=args.static,
-                             static_lrs=lr_of, logdir=logdir, machine=machine)
-    first_seed = plan(seeds=args.seeds[:1])
+                             static_lrs=lr_of, logdir=logdir, machine=machine, figure_seeds=seeds_of)
+    first_seed = plan(seeds=args.seeds[:1], figure_seeds={})
     lr_choices = static_lr_choices(first_seed, lr_of)
     stand_ins = {(folder, f"static-{n}"): lrs[0] for folder, lrs in lr_of.items() for n in args.static
                  if len(lrs) > 1 and (folder, f"static-{n}") not in lr_choices}
@@ -1056,8 +1086,8 @@ def _reproduce(args, prog: str) -> int:
                 run_dir = Path(config.logdir) / config.run_name
                 state = "complete" if (run_dir / METRICS_FILE).is_file() else "resume" if has_checkpoint(run_dir, config) else "new"
                 print(f"  {series.folder}/{config.run_name}  ({series.label}, {state})")
-        if stand_ins and len(args.seeds) > 1:
-            print(f"{len(stand_ins)} static nets of seeds {', '.join(map(str, args.seeds[1:]))} are listed at "
+        if stand_ins and later_seeds:
+            print(f"{len(stand_ins)} static nets of seeds {', '.join(map(str, later_seeds))} are listed at "
                   f"{args.static_lr[0]:g} until seed {args.seeds[0]} has chosen their rate on validation")
         if args.static_lr == "auto":
             trial = args.lr_iterations or lr_trial_iterations(args.preset, machine.get("iterations"))
@@ -1071,12 +1101,13 @@ def _reproduce(args, prog: str) -> int:
                                              backend=run_backend, **machine,
                                              **series.settings,
                                              logdir=str(logdir / folder))]
-        planned = plan_runs(chosen, args.preset, args.seeds, sorted(args.k_cpts), args.static, lr_of, logdir, machine)
+        planned = plan_runs(chosen, args.preset, args.seeds, sorted(args.k_cpts), args.static, lr_of, logdir, machine,
+                            figure_seeds=seeds_of)
         configs = unique_configs(planned)
     failure = None
     if not args.report_only:
         try:
-            if len(args.seeds) > 1 and any(len(lrs) > 1 for lrs in lr_of.values()):
+            if later_seeds and any(len(lrs) > 1 for lrs in lr_of.values()):
                 # the first seed's static nets at every rate, then the rest with the rates they chose
                 run_sweep(unique_configs({name: [(series, config) for series, config in pairs if series.agent == "static"]
                                           for name, pairs in first_seed.items()}), **run_backend)
@@ -1086,14 +1117,18 @@ def _reproduce(args, prog: str) -> int:
         except SweepError as error:  # report what finished, then say what did not
             failure = error
     report = Path(args.report)
-    command = " ".join(["python experiments/reproduce_paper.py --figure {figure}", *schedule_flags(args)])
+    def command(figure: str) -> str:
+        return " ".join(["python experiments/reproduce_paper.py --figure", figure,
+                         *schedule_flags(args, seeds_of.get(figure, args.seeds))])
+
     static_lr = ("chosen on validation per dataset and width" if args.static_lr == "auto" else
                  f"{args.static_lr[0]:g}" if len(args.static_lr) == 1 else
                  f"each net trained at {', '.join(f'{lr:g}' for lr in args.static_lr)} on the first seed, the best on its "
                  f"validation for every seed")
+    own_seeds = "".join(f" ({name}: {', '.join(map(str, seeds))})" for name, seeds in seeds_of.items())
     lines = ["# Reproducing the paper's experiments (Section 5)", "",
              f"Preset `{args.preset}`{f', {args.iterations} iterations' if args.iterations else ''}, seeds "
-             f"{', '.join(map(str, args.seeds))}, k_cpt {', '.join(f'{k:g}' for k in sorted(args.k_cpts))}, static nets "
+             f"{', '.join(map(str, args.seeds))}{own_seeds}, k_cpt {', '.join(f'{k:g}' for k in sorted(args.k_cpts))}, static nets "
              f"{', '.join(map(str, args.static))} (learning rate: {static_lr})"
              + (f", other fields {', '.join(args.set)}" if args.set else "") + ". "
              "Written by `experiments/reproduce_paper.py` (`routing_rl/app/reproduce.py`, whose docstring defines the "
@@ -1108,7 +1143,7 @@ def _reproduce(args, prog: str) -> int:
     for figure in chosen:
         results = read_results(planned[figure.name], sorted(args.k_cpts))
         written = draw(figure, results, planned[figure.name], Path(args.figures_dir) / figure.name) if results.points else []
-        sections += figure_section(figure, results, written, report, command.format(figure=figure.name),
+        sections += figure_section(figure, results, written, report, command(figure.name),
                                    rows[figure.name], verdicts)
     lines += ["## Verdicts", "", *verdicts, "", *schedule_section(chosen, planned, sorted(args.k_cpts)),
               "## Compute budget", "", *budget_table(rows), "",
